@@ -1,0 +1,57 @@
+"""colabkit: crash-safe checkpoints, one-line resume and a session clock for notebooks on Colab and home rigs.
+
+    %load_ext colabkit
+    import colabkit
+    model.fit(ds, epochs=50, callbacks=[colabkit.keras.AutoResume("drive:runs/mnist")])
+
+Importing colabkit is cheap: frameworks (TensorFlow, Keras), pydrive2, NVML and google.colab load on first use.
+"""
+from __future__ import annotations
+
+import importlib
+
+from ._version import __version__
+
+# public name -> (module, attribute or None for the module itself); resolved on first access (PEP 562)
+_LAZY = {
+    "env": ("colabkit.runtime", "env"),
+    "Environment": ("colabkit.runtime", "Environment"),
+    "status": ("colabkit.status", "status"),
+    "settings": ("colabkit.config", "load"),
+    "ConfigError": ("colabkit.config", "ConfigError"),
+    "Checkpoints": ("colabkit.checkpoints", "Checkpoints"),
+    "Restored": ("colabkit.checkpoints", "Restored"),
+    "CheckpointError": ("colabkit.checkpoints", "CheckpointError"),
+    "demo": ("colabkit.demo", "run_demo"),
+    "config": ("colabkit.config", None),
+    "keras": ("colabkit.keras", None),
+}
+
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
+
+
+def __getattr__(name):
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'colabkit' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext colabkit`: register the magics. Loading twice is harmless."""
+    from . import magics
+    magics.load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    """`%unload_ext colabkit`: remove what loading added."""
+    from . import magics
+    magics.unload(ipython)

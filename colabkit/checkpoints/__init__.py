@@ -1,0 +1,5 @@
+"""Crash-safe checkpoints: a folder protocol with a manifest written last, local staging, background upload."""
+from .api import CheckpointError, Checkpoints, Restored
+from .folder import CheckpointInfo
+
+__all__ = ["Checkpoints", "Restored", "CheckpointError", "CheckpointInfo"]

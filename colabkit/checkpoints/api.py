@@ -1,0 +1,186 @@
+"""`colabkit.Checkpoints`: framework-neutral crash-safe checkpoints with verified restore."""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import hashlib
+import logging
+import time
+import warnings
+import weakref
+from pathlib import Path
+
+from .. import config as _config
+from ..locations import resolve
+from . import state as _state
+from .folder import CheckpointFolder, CheckpointInfo, CorruptCheckpoint
+from .manifest import ManifestError
+from .uploader import Job, Uploader
+
+log = logging.getLogger("colabkit")
+
+_OPEN = weakref.WeakSet()
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be used (e.g. it does not fit the model being resumed)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """What `Checkpoints.restore()` found: the step and state of the newest valid checkpoint."""
+    step: int
+    epoch: int | None
+    batch: int | None
+    state: dict
+    path: Path
+    source: str          # "destination" or "local" (a committed local copy on this machine)
+    manifest: dict
+
+
+def _validate_keep(keep) -> int:
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"keep={keep!r} is invalid: pass a whole number of checkpoints to keep, at least 1.")
+    return keep
+
+
+def local_cache_for(destination: Path, cache_dir: Path) -> Path:
+    """Local staging folder for a destination: stable per destination, readable name."""
+    digest = hashlib.sha1(str(destination).encode()).hexdigest()[:10]
+    return cache_dir / "checkpoints" / f"{destination.name or 'root'}-{digest}"
+
+
+class Checkpoints:
+    """Crash-safe checkpoints in ``directory`` ("drive:runs/gan", or any folder).
+
+    ``save(step, state)`` snapshots the state on the calling thread, then writes it to fast local disk,
+    commits it (manifest last) and copies it to the destination in a background thread. A checkpoint is
+    visible to ``restore()`` only once its manifest is complete and its files match it.
+
+    keep: committed checkpoints kept per folder (older ones are deleted only after a newer one is committed).
+    keep_every: also keep one checkpoint per this interval ("6h"), like tf.train.CheckpointManager.
+    local_dir: override the local staging folder (default: under the configured cache_dir).
+    """
+
+    def __init__(self, directory, *, keep: int | None = None, keep_every=None, local_dir=None):
+        if directory is None or (isinstance(directory, str) and not directory.strip()):
+            raise ValueError(f"directory={directory!r} is empty: pass a checkpoint folder such as "
+                             f"\"drive:runs/mnist\" or \"checkpoints/mnist\".")
+        settings = _config.load()
+        self.keep = _validate_keep(settings.keep if keep is None else keep)
+        from ..units import parse_duration
+        self.keep_every = None if keep_every is None else parse_duration(keep_every, name="keep_every")
+        self.location = directory
+        self.destination = resolve(directory)
+        local = Path(local_dir) if local_dir is not None else local_cache_for(
+            self.destination, settings.resolved_cache_dir())
+        self.local = CheckpointFolder(local)
+        self.dest = None if local.resolve() == self.destination.resolve() else CheckpointFolder(self.destination)
+        self._uploader = Uploader(self.local, self.dest, keep=self.keep, keep_every=self.keep_every,
+                                  on_warning=self._warn)
+        self._seq = 0
+        self.last_snapshot_s: float | None = None
+        _OPEN.add(self)
+
+    def __repr__(self):
+        return f"Checkpoints({self.location!r}, keep={self.keep})"
+
+    @property
+    def status(self):
+        """The uploader's status: state, last local and uploaded checkpoint, last error."""
+        return self._uploader.status
+
+    def estimated_save_seconds(self) -> float | None:
+        """Measured snapshot + local write + upload time of the last save (None before the first)."""
+        s = self.status
+        parts = [self.last_snapshot_s, s.last_write_s, s.last_upload_s if self.dest else 0.0]
+        return None if any(p is None for p in parts) else sum(parts)
+
+    # -- saving ---------------------------------------------------------------------------------------
+    def save(self, step: int, state: dict, *, epoch=None, batch=None, info: dict | None = None,
+             wait: bool | float = False, _copy_arrays: bool = True) -> bool:
+        """Checkpoint ``state`` as ``step``. Returns once the state is snapshotted; the rest is background.
+
+        wait: True blocks until the checkpoint is on the destination; a number waits at most that many
+        seconds. Returns True when the checkpoint is committed as asked (always True without ``wait``).
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step={step!r} is invalid: pass a non-negative integer (e.g. the global batch count).")
+        started = time.monotonic()
+        snap = _state.snapshot(state, copy_arrays=_copy_arrays)
+        self.local.path.mkdir(parents=True, exist_ok=True)
+        local_dir = self.local.new_checkpoint_dir(step)
+        _state.write_trackables(snap, local_dir)
+        self.last_snapshot_s = time.monotonic() - started
+        self._seq += 1
+        self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
+                                  info=info or {}, write=lambda d, s=snap: _state.write_data(s, d),
+                                  handed_over_at=time.time()))
+        if wait is False:
+            return True
+        return self.wait(None if wait is True else float(wait))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the newest save is committed on the destination. False on timeout or failure."""
+        return self._uploader.wait(self._seq, timeout)
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Finish pending uploads (up to ``timeout`` seconds) and stop the background thread."""
+        self._uploader.close(timeout)
+        _OPEN.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- reading --------------------------------------------------------------------------------------
+    def list(self) -> list[CheckpointInfo]:
+        """Committed checkpoints (destination and local copies), oldest first, one entry per checkpoint."""
+        return sorted(self._candidates().values(), key=CheckpointInfo.order_key)
+
+    def _candidates(self) -> dict:
+        found = {}
+        if self.dest is not None:
+            try:
+                found.update({c.name: c for c in self.dest.committed()})
+            except OSError as exc:
+                self._warn(f"cannot read checkpoints at {self.destination} ({exc}); looking at local copies only")
+        for c in self.local.committed():  # a local copy reads faster; it was committed before the upload
+            found[c.name] = c
+        return found
+
+    def restore(self, into: dict | None = None) -> Restored | None:
+        """The newest valid checkpoint, or None when there is none.
+
+        Files are checked against the manifest (sizes and sha256); a damaged checkpoint gives a warning
+        and the previous valid one is used. ``into`` maps state names to TensorFlow objects (models,
+        tf.Variables, tf.Module) that are restored in place.
+        """
+        for info in sorted(self._candidates().values(), key=CheckpointInfo.order_key, reverse=True):
+            from_local = info.path.parent == self.local.path
+            try:
+                if not from_local:
+                    info = self.local.copy_in(info)  # one read of the destination; verified locally
+                self.local.verify(info, full=True)
+                state = _state.read(info.path, into=into)
+            except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
+                if isinstance(exc, _state.StateError):
+                    raise CheckpointError(str(exc)) from None
+                self._warn(f"checkpoint {info.name} (step {info.step}) is damaged or unreadable ({exc}); "
+                           f"falling back to the previous one")
+                continue
+            return Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state, path=info.path,
+                            source="local" if from_local else "destination", manifest=info.manifest)
+        return None
+
+    def _warn(self, message: str) -> None:
+        log.warning("colabkit: %s", message)
+        warnings.warn(f"colabkit: {message}", RuntimeWarning, stacklevel=3)
+
+
+@atexit.register
+def _flush_open_checkpoints():
+    for ckpt in list(_OPEN):
+        ckpt.close(timeout=60.0)

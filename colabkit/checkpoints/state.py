@@ -1,0 +1,155 @@
+"""Turning a user's state dict into checkpoint files and back, with safe formats only.
+
+Supported values: JSON-able values (None, bool, int, float, str, lists, dicts with str keys), NumPy arrays
+and scalars (and anything with ``__array__``, e.g. tensors), and TensorFlow trackables (tf.Variable,
+tf.Module, Keras models, optimizers, tf.train.Checkpoint). Files: ``arrays.npz`` (uncompressed, read with
+allow_pickle=False), ``state.json``, and a TensorFlow checkpoint under ``tf/`` for trackables.
+Nothing read back is ever unpickled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ARRAYS = "arrays.npz"
+STATE = "state.json"
+TF_PREFIX = "tf/ckpt"
+_ARRAY_TAG, _TRACKABLE_TAG = "__colabkit_array__", "__colabkit_trackable__"
+
+
+class StateError(ValueError):
+    """A state value colabkit cannot store, or a checkpoint whose state cannot be loaded into the given objects."""
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """An in-memory copy of a state dict, independent of the live objects (safe to write from another thread)."""
+    tree: dict
+    arrays: dict
+    trackables: dict
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+
+def _is_trackable(value) -> bool:
+    tf = sys.modules.get("tensorflow")  # a trackable implies TensorFlow is loaded; never import it here
+    if tf is None:
+        return False
+    try:
+        return isinstance(value, tf.__internal__.tracking.Trackable)
+    except AttributeError:  # pragma: no cover - very old TF
+        return isinstance(value, (tf.Module, tf.Variable))
+
+
+def snapshot(state: dict, *, copy_arrays: bool = True) -> Snapshot:
+    """Copy ``state`` into a Snapshot. Trackables are kept by reference (TensorFlow writes them itself)."""
+    if not isinstance(state, dict):
+        raise StateError(f"A checkpoint's state must be a dict of name -> value, got {type(state).__name__}.")
+    arrays, trackables = {}, {}
+
+    def visit(value, where):
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise StateError(f"State key {key!r} at {where or 'top level'} must be a string.")
+                out[key] = visit(item, f"{where}/{key}" if where else key)
+            return out
+        if isinstance(value, (list, tuple)):
+            return [visit(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        if _is_trackable(value) and not _looks_like_tensor(value):
+            key = f"t{len(trackables)}"
+            trackables[key] = value
+            return {_TRACKABLE_TAG: key, "path": where}
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+            array = np.array(value, copy=True) if copy_arrays else np.asarray(value)
+            if array.dtype == object:
+                raise StateError(f"State value {where!r} is an object array, which cannot be stored without pickle; "
+                                 f"convert it to a numeric or string dtype.")
+            key = f"a{len(arrays)}"
+            arrays[key] = array
+            return {_ARRAY_TAG: key}
+        raise StateError(f"State value {where!r} has type {type(value).__name__}, which colabkit cannot store; "
+                         f"use JSON-able values, NumPy arrays or TensorFlow trackables (tf.Variable, tf.Module, "
+                         f"Keras models).")
+
+    tree = visit(state, "")
+    return Snapshot(tree=tree, arrays=arrays, trackables=trackables)
+
+
+def _looks_like_tensor(value) -> bool:
+    # tf.Variable is trackable but reads as an array too; keep variables as trackables so they restore in place.
+    return type(value).__name__ in ("EagerTensor", "Tensor")
+
+
+def write_trackables(snap: Snapshot, ckpt_dir: Path) -> None:
+    """Write trackables with TensorFlow's own checkpoint format. Runs on the caller's (training) thread."""
+    if not snap.trackables:
+        return
+    import tensorflow as tf
+    tf.train.Checkpoint(**snap.trackables).write(str(ckpt_dir / TF_PREFIX))
+
+
+def write_data(snap: Snapshot, ckpt_dir: Path) -> None:
+    """Write the arrays and the JSON tree (may run on a background thread)."""
+    if snap.arrays:
+        with open(ckpt_dir / ARRAYS, "wb") as fh:
+            np.savez(fh, **snap.arrays)
+    (ckpt_dir / STATE).write_text(json.dumps({"tree": snap.tree}, allow_nan=True))
+
+
+def read(ckpt_dir: Path, into: dict | None = None) -> dict:
+    """Load a checkpoint's state. Trackables are restored in place into the objects of ``into``
+    (same names as when saved); without them, their entries are left as None."""
+    tree = json.loads((ckpt_dir / STATE).read_text())["tree"]
+    arrays = {}
+    if (ckpt_dir / ARRAYS).exists():
+        with np.load(ckpt_dir / ARRAYS, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    trackable_paths = {}
+
+    def visit(value):
+        if isinstance(value, dict):
+            if _ARRAY_TAG in value:
+                return arrays[value[_ARRAY_TAG]]
+            if _TRACKABLE_TAG in value:
+                trackable_paths[value[_TRACKABLE_TAG]] = value["path"]
+                return None
+            return {k: visit(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [visit(v) for v in value]
+        return value
+
+    state = visit(tree)
+    if trackable_paths and into:
+        _restore_trackables(ckpt_dir, trackable_paths, into, state)
+    return state
+
+
+def _restore_trackables(ckpt_dir: Path, paths: dict, into: dict, state: dict) -> None:
+    import tensorflow as tf
+    objects = {}
+    for key, path in paths.items():
+        if "/" in path or "[" in path:
+            raise StateError(f"The trackable at {path!r} was nested; restore supports trackables at the top level.")
+        if path in into:
+            objects[key] = into[path]
+    if not objects:
+        return
+    try:
+        tf.train.Checkpoint(**objects).read(str(ckpt_dir / TF_PREFIX)).assert_existing_objects_matched()
+    except (ValueError, AssertionError) as exc:
+        raise StateError(f"The checkpoint in {ckpt_dir} does not fit the objects given to restore: {exc}") from None
+    for key, path in paths.items():
+        if key in objects:
+            state[path] = into[path]

@@ -1,0 +1,212 @@
+"""Background copy of committed local checkpoints to the destination: coalescing, retries, back-off.
+
+The training thread hands over snapshots; this thread writes them locally, commits them, and uploads the
+newest committed one. If snapshots arrive faster than the destination takes them, older ones are dropped
+before they are written (coalescing) so memory and queue stay bounded: one pending, one in flight.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from .folder import CheckpointFolder, CheckpointInfo
+from .storage import remove_tree
+
+log = logging.getLogger("colabkit")
+
+BACKOFF_START, BACKOFF_MAX = 1.0, 60.0
+
+
+@dataclasses.dataclass
+class Job:
+    """A checkpoint the training thread has handed over: its local folder and a writer for the rest."""
+    seq: int
+    local_dir: Path
+    step: int
+    epoch: int | None
+    batch: int | None
+    info: dict
+    write: Callable[[Path], None]
+    handed_over_at: float
+
+
+@dataclasses.dataclass
+class UploadStatus:
+    """What the uploader has done so far (read by the status panel and tests)."""
+    state: str = "idle"                    # idle / writing / uploading / retrying / stopped
+    last_local: CheckpointInfo | None = None
+    last_uploaded: CheckpointInfo | None = None
+    last_error: str | None = None
+    saves_dropped: int = 0                 # snapshots coalesced away because a newer one arrived
+    last_write_s: float | None = None      # local write + commit duration
+    last_upload_s: float | None = None     # copy to destination + commit duration
+
+
+class Uploader:
+    def __init__(self, local: CheckpointFolder, dest: CheckpointFolder | None, *, keep: int,
+                 keep_every: float | None, on_warning: Callable[[str], None]):
+        self.local, self.dest = local, dest
+        self.keep, self.keep_every = keep, keep_every
+        self.status = UploadStatus()
+        self._on_warning = on_warning
+        self._cond = threading.Condition()
+        self._pending: Job | None = None
+        self._writing: Job | None = None
+        self._needs_upload = False
+        self._uploaded_seq = 0
+        self._committed_seq = 0
+        self._failed_seq = 0
+        self._warned = False
+        self._closed = False
+        self._wake = False
+        self._thread = threading.Thread(target=self._run, name="colabkit-uploader", daemon=True)
+        self._thread.start()
+
+    # -- called from the training thread -------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("This Checkpoints object is closed; create a new one to save again.")
+            if self._pending is not None:
+                remove_tree(self._pending.local_dir)
+                self.status.saves_dropped += 1
+            self._pending = job
+            self._wake = True
+            self._cond.notify_all()
+
+    def in_progress_names(self) -> set[str]:
+        with self._cond:
+            return {j.local_dir.name for j in (self._pending, self._writing) if j is not None}
+
+    def wait(self, seq: int, timeout: float | None = None) -> bool:
+        """Block until the checkpoint ``seq`` (or a newer one) is on the destination; False on timeout
+        or when that checkpoint could not be written locally."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                done = self._uploaded_seq if self.dest is not None else self._committed_seq
+                if done >= seq:
+                    return True
+                if self._failed_seq >= seq and self._committed_seq < seq:
+                    return False
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining if remaining is not None else 1.0)
+
+    def close(self, timeout: float | None = None) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    # -- the background thread -------------------------------------------------------------------------
+    def _run(self) -> None:
+        backoff = BACKOFF_START
+        while True:
+            with self._cond:
+                while not (self._pending or self._needs_upload or self._closed):
+                    self._cond.wait()
+                if self._closed and not self._pending and not self._needs_upload:
+                    self.status.state = "stopped"
+                    self._cond.notify_all()
+                    return
+                job, self._pending = self._pending, None
+                self._writing = job
+                self._wake = False
+            if job is not None:
+                self._write_local(job)
+            if self.dest is not None and self._needs_upload:
+                if self._upload():
+                    backoff = BACKOFF_START
+                else:
+                    if self._closed:
+                        with self._cond:
+                            self.status.state = "stopped"
+                            self._cond.notify_all()
+                        return
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _write_local(self, job: Job) -> None:
+        self.status.state = "writing"
+        started = time.monotonic()
+        try:
+            job.write(job.local_dir)
+            info = self.local.commit(job.local_dir, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info)
+        except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
+            remove_tree(job.local_dir)
+            self._warn(f"could not write checkpoint step {job.step} to local disk {self.local.path}: {exc}")
+            with self._cond:
+                self._writing = None
+                self._failed_seq = max(self._failed_seq, job.seq)
+                self._cond.notify_all()
+            return
+        self.status.last_write_s = time.monotonic() - started
+        with self._cond:
+            self._writing = None
+            self.status.last_local = info
+            self._committed_seq = max(self._committed_seq, job.seq)
+            self._needs_upload = self.dest is not None
+            self._cond.notify_all()
+        self._prune(self.local)
+
+    def _upload(self) -> bool:
+        """Upload the newest locally committed checkpoint. True on success (or nothing to do)."""
+        with self._cond:
+            seq, newest = self._committed_seq, self.status.last_local
+        if newest is None:
+            self._needs_upload = False
+            return True
+        self.status.state = "uploading"
+        started = time.monotonic()
+        try:
+            copied = self.dest.copy_in(newest)
+        except OSError as exc:
+            self.status.state = "retrying"
+            self.status.last_error = f"{type(exc).__name__}: {exc}"
+            self._warn(f"could not upload checkpoint step {newest.step} to {self.dest.path} ({exc}); training "
+                       f"continues, checkpoints are kept on local disk at {self.local.path} and the upload is "
+                       f"retried with back-off")
+            return False
+        self.status.last_upload_s = time.monotonic() - started
+        if self._warned:
+            log.warning("colabkit: destination %s is reachable again; checkpoint step %s uploaded",
+                        self.dest.path, newest.step)
+            self._warned = False
+        with self._cond:
+            self.status.last_uploaded = copied
+            self.status.last_error = None
+            self._uploaded_seq = max(self._uploaded_seq, seq)
+            self._needs_upload = self._committed_seq > seq
+            self.status.state = "idle"
+            self._cond.notify_all()
+        self._prune(self.dest)
+        return True
+
+    def _prune(self, folder: CheckpointFolder) -> None:
+        try:
+            folder.prune(self.keep, keep_every=self.keep_every, protect=tuple(self.in_progress_names()))
+        except OSError as exc:
+            log.debug("colabkit: pruning %s failed: %s", folder.path, exc)
+
+    def _sleep(self, seconds: float) -> None:
+        """Back-off that ends early when a new snapshot arrives or the uploader closes."""
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            while not (self._wake or self._closed):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._cond.wait(remaining)
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:  # once per outage, not once per retry
+            self._warned = True
+            self._on_warning(message)
+        else:
+            log.debug("colabkit: %s", message)

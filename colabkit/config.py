@@ -1,0 +1,172 @@
+"""Settings with one precedence: explicit arguments > COLABKIT_* environment variables > config file > defaults.
+
+The config file is TOML (``~/.config/colabkit/config.toml`` on Linux, the platform's config dir elsewhere,
+or the file named by ``COLABKIT_CONFIG``)::
+
+    drive_root = "/mnt/gdrive"
+    runtime_cap = "24h"      # Colab Pro
+    idle_cutoff = "90min"
+    keep = 5
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from .units import DURATION_FORMS, parse_duration
+
+AUTO = "auto"
+
+
+class ConfigError(ValueError):
+    """A setting has a value colabkit cannot use; the message names where it came from and the expected form."""
+
+
+def _duration_or_auto(value: Any, name: str):
+    """'auto' (platform default), 'none'/'off' (no limit) or a duration in seconds."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "never")):
+        return None
+    return parse_duration(value, name=name)
+
+
+def _positive_int(value: Any, name: str) -> int:
+    try:
+        number = int(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or number < 1 or (isinstance(value, float) and value != number):
+        raise ValueError(f"{name}={value!r} must be a whole number of at least 1.")
+    return number
+
+
+def _path_or_auto(value: Any, name: str):
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise ValueError(f"{name}={value!r} must be a folder path (or \"auto\").")
+    if str(value).strip().lower() == AUTO:
+        return AUTO
+    return Path(os.path.expanduser(str(value)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    name: str
+    parse: Callable[[Any, str], Any]
+    default: Any
+    forms: str
+    help: str
+
+    @property
+    def env_var(self) -> str:
+        return "COLABKIT_" + self.name.upper()
+
+
+FIELDS = (
+    _Field("drive_root", _path_or_auto, AUTO, 'a folder path, or "auto"',
+           'What "drive:" means off Colab (a Google Drive for desktop folder, an rclone mount, any folder). '
+           "auto: /content/drive/MyDrive on Colab (mounted on first use), ~/colabkit-drive elsewhere."),
+    _Field("runtime_cap", _duration_or_auto, AUTO, f'"auto", "none" or {DURATION_FORMS}',
+           "How long the VM may live. auto: 12h on Colab (set 24h for Pro), 12h on Kaggle, none elsewhere."),
+    _Field("idle_cutoff", _duration_or_auto, AUTO, f'"auto", "none" or {DURATION_FORMS}',
+           "How long a runtime survives with no browser attached. auto: 90min on Colab, none elsewhere."),
+    _Field("keep", _positive_int, 3, "a whole number of at least 1",
+           "How many committed checkpoints to keep per checkpoint folder."),
+    _Field("cache_dir", _path_or_auto, AUTO, 'a folder path, or "auto"',
+           "Fast local disk for checkpoint staging. auto: the platform cache dir (~/.cache/colabkit on Linux)."),
+)
+_BY_NAME = {f.name: f for f in FIELDS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Effective settings. ``sources[name]`` says where each value came from."""
+    drive_root: Any
+    runtime_cap: Any
+    idle_cutoff: Any
+    keep: int
+    cache_dir: Any
+    config_file: Path
+    sources: dict
+
+    def resolved_cache_dir(self) -> Path:
+        return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir
+
+
+def default_config_file() -> Path:
+    """COLABKIT_CONFIG, else the platform's per-user config dir."""
+    explicit = os.environ.get("COLABKIT_CONFIG")
+    if explicit:
+        return Path(os.path.expanduser(explicit))
+    if sys.platform == "win32":
+        base = Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "colabkit" / "config.toml"
+
+
+def default_cache_dir() -> Path:
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "colabkit"
+
+
+def _read_file(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"Cannot read the colabkit config file {path}: {exc.strerror or exc}. "
+                          f"Fix its permissions, or point COLABKIT_CONFIG at another file.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"The colabkit config file {path} is not valid TOML ({exc}). "
+                          f"Expected lines such as: keep = 5 / runtime_cap = \"24h\".") from None
+    unknown = sorted(set(data) - set(_BY_NAME))
+    if unknown:
+        raise ConfigError(f"The colabkit config file {path} has unknown setting(s) {', '.join(unknown)}; "
+                          f"known settings: {', '.join(_BY_NAME)}.")
+    return data
+
+
+def load(**overrides) -> Settings:
+    """The effective settings; keyword arguments are explicit values that win over everything else.
+
+    Raises ConfigError naming the file, variable or argument that holds a bad value.
+    """
+    unknown = sorted(set(overrides) - set(_BY_NAME))
+    if unknown:
+        raise ConfigError(f"Unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(_BY_NAME)}.")
+    path = default_config_file()
+    from_file = _read_file(path)
+    values, sources = {}, {}
+    for field in FIELDS:
+        if overrides.get(field.name) is not None:
+            raw, source, label = overrides[field.name], "argument", f"{field.name} argument"
+        elif os.environ.get(field.env_var, "").strip():
+            raw, source, label = os.environ[field.env_var], f"env {field.env_var}", f"environment variable {field.env_var}"
+        elif field.name in from_file:
+            raw, source, label = from_file[field.name], f"file {path}", f"{field.name} in {path}"
+        else:
+            values[field.name], sources[field.name] = field.default, "default"
+            continue
+        try:
+            values[field.name] = field.parse(raw, field.name)
+        except ValueError:
+            raise ConfigError(f"Bad value {raw!r} for {label}: expected {field.forms}.") from None
+        sources[field.name] = source
+    return Settings(**values, config_file=path, sources=sources)

@@ -1,0 +1,65 @@
+"""Location strings ("drive:runs/mnist", "/abs/path", "rel/path") -> a concrete folder to read and write.
+
+Schemes are a small registry so other back ends (an API-backed Drive, shared links) can plug in.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import config as _config
+from .runtime import detect_kind
+
+COLAB_MOUNTPOINT = Path("/content/drive")
+LOCAL_DRIVE_DEFAULT = Path("~/colabkit-drive")
+
+
+def colab_drive_root() -> Path:
+    """/content/drive/MyDrive, mounting Google Drive first if it is not mounted yet."""
+    my_drive = COLAB_MOUNTPOINT / "MyDrive"
+    if not my_drive.is_dir():
+        from .optional import require
+        drive = require("google.colab.drive", "notebook", "Mounting Google Drive on Colab")
+        drive.mount(str(COLAB_MOUNTPOINT))
+    return my_drive
+
+
+def drive_root(settings: _config.Settings | None = None) -> Path:
+    """The folder that "drive:" paths are relative to."""
+    settings = settings or _config.load()
+    if settings.drive_root != _config.AUTO:
+        return settings.drive_root
+    if detect_kind() == "colab":
+        return colab_drive_root()
+    return Path(os.path.expanduser(str(LOCAL_DRIVE_DEFAULT)))
+
+
+def _resolve_drive(rest: str) -> Path:
+    rest = rest.lstrip("/")
+    if not rest:
+        raise ValueError('The location "drive:" names no folder; write it as "drive:<folder>", e.g. "drive:runs/mnist".')
+    return drive_root() / rest
+
+
+def _unsupported_gdrive(rest: str) -> Path:
+    raise ValueError(
+        f'"gdrive://{rest}" needs the Drive API back end, which is not available in this version. '
+        'Use "drive:<folder>" with a mounted Drive (Google Drive for desktop, rclone) as drive_root instead.')
+
+
+SCHEMES = {"drive:": _resolve_drive, "gdrive://": _unsupported_gdrive}
+
+
+def resolve(location) -> Path:
+    """A filesystem folder for ``location``; raises ValueError for an empty or unsupported location."""
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location.strip():
+        raise ValueError(f"The location {location!r} is empty; pass a folder such as \"drive:runs/mnist\" "
+                         f"or a local path such as \"checkpoints/mnist\".")
+    for prefix, handler in SCHEMES.items():
+        if location.startswith(prefix):
+            return handler(location[len(prefix):])
+    if "://" in location:
+        raise ValueError(f"The location {location!r} has an unknown scheme; use \"drive:<folder>\" or a local path.")
+    return Path(os.path.expanduser(location)).absolute()
