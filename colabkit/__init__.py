@@ -16,7 +16,7 @@ from ._version import __version__
 _LAZY = {
     "env": ("colabkit.runtime", "env"),
     "Environment": ("colabkit.runtime", "Environment"),
-    "status": ("colabkit.status", "status"),
+    "status": ("colabkit.summary", "status"),
     "settings": ("colabkit.config", "load"),
     "ConfigError": ("colabkit.config", "ConfigError"),
     "Checkpoints": ("colabkit.checkpoints", "Checkpoints"),

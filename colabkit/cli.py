@@ -8,14 +8,14 @@ from ._version import __version__
 
 
 def _cmd_status(args) -> int:
-    from .status import status
+    from .summary import status
     s = status()
     print(s.json() if args.json else s.text())
     return 0
 
 
 def _cmd_config(args) -> int:
-    from .status import config_report
+    from .summary import config_report
     print(config_report())
     return 0
 

@@ -44,6 +44,13 @@ def _positive_int(value: Any, name: str) -> int:
     return number
 
 
+def _bool(value: Any, name: str) -> bool:
+    text = str(value).strip().lower()
+    if isinstance(value, bool) or text in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        return value if isinstance(value, bool) else text in ("true", "1", "yes", "on")
+    raise ValueError(f"{name}={value!r} must be true or false.")
+
+
 def _path_or_auto(value: Any, name: str):
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise ValueError(f"{name}={value!r} must be a folder path (or \"auto\").")
@@ -77,6 +84,8 @@ FIELDS = (
            "How many committed checkpoints to keep per checkpoint folder."),
     _Field("cache_dir", _path_or_auto, AUTO, 'a folder path, or "auto"',
            "Fast local disk for checkpoint staging. auto: the platform cache dir (~/.cache/colabkit on Linux)."),
+    _Field("memory_growth", _bool, True, "true or false",
+           "TensorFlow memory growth on the GPUs colabkit.use_gpus / colabkit run choose (TF_FORCE_GPU_ALLOW_GROWTH)."),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 
@@ -91,6 +100,7 @@ class Settings:
     cache_dir: Any
     config_file: Path
     sources: dict
+    memory_growth: bool = True
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir
@@ -133,9 +143,9 @@ def _read_file(path: Path) -> dict:
     except OSError as exc:
         raise ConfigError(f"Cannot read the colabkit config file {path}: {exc.strerror or exc}. "
                           f"Fix its permissions, or point COLABKIT_CONFIG at another file.") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"The colabkit config file {path} is not valid TOML ({exc}). "
-                          f"Expected lines such as: keep = 5 / runtime_cap = \"24h\".") from None
+                          f"Expected UTF-8 text with lines such as: keep = 5 / runtime_cap = \"24h\".") from None
     unknown = sorted(set(data) - set(_BY_NAME))
     if unknown:
         raise ConfigError(f"The colabkit config file {path} has unknown setting(s) {', '.join(unknown)}; "

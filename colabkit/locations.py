@@ -18,8 +18,14 @@ def colab_drive_root() -> Path:
     """/content/drive/MyDrive, mounting Google Drive first if it is not mounted yet."""
     my_drive = COLAB_MOUNTPOINT / "MyDrive"
     if not my_drive.is_dir():
-        from .optional import require
-        drive = require("google.colab.drive", "notebook", "Mounting Google Drive on Colab")
+        try:
+            from google.colab import drive
+        except ImportError as exc:  # google.colab is not on PyPI: no extra can provide it
+            raise ImportError(
+                f"Google Drive is not mounted at {COLAB_MOUNTPOINT} and google.colab cannot be imported here "
+                f"({exc}), so colabkit cannot mount it. In a Colab notebook run "
+                f"`from google.colab import drive; drive.mount({str(COLAB_MOUNTPOINT)!r})`, or set drive_root "
+                f"(COLABKIT_DRIVE_ROOT) to a folder.") from exc
         drive.mount(str(COLAB_MOUNTPOINT))
     return my_drive
 

@@ -1,6 +1,7 @@
 """IPython magics: thin skins over colabkit's functions. Registered by `%load_ext colabkit`."""
 from __future__ import annotations
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
@@ -17,16 +18,21 @@ class ColabkitMagics(Magics):
     def colabkit(self, line=""):
         """Show colabkit's status summary, settings or version."""
         args = parse_argstring(self.colabkit, line)
-        if args.what == "version":
-            from ._version import __version__
-            print(f"colabkit {__version__}")
-        elif args.what == "config":
-            from .status import config_report
-            print(config_report())
-        else:
-            from .status import status
-            s = status()
-            print(s.json() if args.json else s.text())
+        from .config import ConfigError
+        try:
+            if args.what == "version":
+                from ._version import __version__
+                print(f"colabkit {__version__}")
+            elif args.what == "config":
+                from .summary import config_report
+                print(config_report())
+            else:
+                from .summary import status
+                s = status()
+                print(s.json() if args.json else s.text())
+        except ConfigError as exc:
+            # IPython shows a UsageError as one line, without a traceback.
+            raise UsageError(f"colabkit: {exc}") from None
 
 
 def line_magic_names(magics_cls) -> list[str]:
@@ -38,7 +44,16 @@ def load(shell) -> None:
 
 
 def unload(shell) -> None:
-    """Remove exactly the magics `load` registered."""
-    table = shell.magics_manager.magics["line"]
+    """Remove exactly what `load` registered: the line magics and the Magics instance in the registry."""
+    manager = shell.magics_manager
+    table = manager.magics["line"]
     for name in line_magic_names(ColabkitMagics):
-        table.pop(name, None)
+        if _ours(getattr(table.get(name), "__self__", None)):
+            del table[name]
+    if _ours(manager.registry.get(ColabkitMagics.__name__)):
+        del manager.registry[ColabkitMagics.__name__]
+
+
+def _ours(obj) -> bool:
+    # By name, not isinstance: after a module reload (%autoreload) the class object is a new one.
+    return type(obj).__name__ == ColabkitMagics.__name__ and type(obj).__module__ == __name__

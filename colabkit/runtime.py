@@ -89,12 +89,14 @@ def _ipython():
 def read_uptime(proc_uptime: Path = None) -> tuple[float, str]:
     """(seconds since boot, where that figure came from). Never raises.
 
-    Linux: /proc/uptime. macOS/BSD: sysctl kern.boottime. Windows: GetTickCount64.
+    Linux: /proc/uptime (else CLOCK_BOOTTIME). macOS/BSD: sysctl kern.boottime. Windows: GetTickCount64.
     Last resort: the age of this Python process, labelled as such.
     """
     path = Path(proc_uptime) if proc_uptime is not None else PROC_UPTIME
     try:
-        return float(path.read_text().split()[0]), str(path)
+        seconds = float(path.read_text().split()[0])
+        if 0 <= seconds < float("inf"):  # "nan", "inf" or a negative figure is no uptime
+            return seconds, str(path)
     except (OSError, ValueError, IndexError):
         pass
     if sys.platform == "darwin" or "bsd" in sys.platform:
@@ -110,6 +112,11 @@ def read_uptime(proc_uptime: Path = None) -> tuple[float, str]:
             import ctypes
             return ctypes.windll.kernel32.GetTickCount64() / 1000.0, "GetTickCount64"
         except (AttributeError, OSError):
+            pass
+    if hasattr(time, "CLOCK_BOOTTIME"):  # Linux without a readable /proc (sandboxes, some containers)
+        try:
+            return time.clock_gettime(time.CLOCK_BOOTTIME), "clock_gettime(CLOCK_BOOTTIME)"
+        except OSError:
             pass
     return time.time() - _PROCESS_START, "process age (no system uptime source found)"
 

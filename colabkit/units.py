@@ -58,8 +58,8 @@ def parse_size(value, *, name: str = "size") -> int:
     if isinstance(value, bool):
         raise ValueError(f"{name}={value!r} is not a size; expected {SIZE_FORMS}.")
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"{name}={value!r} must not be negative; expected {SIZE_FORMS}.")
+        if not 0 <= value < float("inf"):  # also rejects NaN
+            raise ValueError(f"{name}={value!r} must be a finite size of at least 0; expected {SIZE_FORMS}.")
         return int(value)
     if isinstance(value, str):
         m = _SIZE.match(value)
@@ -70,7 +70,7 @@ def parse_size(value, *, name: str = "size") -> int:
 
 def format_duration(seconds: float | None) -> str:
     """'3h 05m', '4m 10s', '12s'; 'n/a' for None."""
-    if seconds is None:
+    if seconds is None or not abs(seconds) < float("inf"):  # None, NaN, infinity
         return "n/a"
     sign = "-" if seconds < 0 else ""
     s = int(round(abs(seconds)))
@@ -85,7 +85,7 @@ def format_duration(seconds: float | None) -> str:
 
 def format_size(n: float | None) -> str:
     """'1.5 GiB', '300 MiB', '12 B'; 'n/a' for None."""
-    if n is None:
+    if n is None or not abs(n) < float("inf"):
         return "n/a"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":

@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import config as _config
 from ..locations import resolve
 from . import state as _state
-from .folder import CheckpointFolder, CheckpointInfo, CorruptCheckpoint
+from .folder import CheckpointFolder, CheckpointInfo, CorruptCheckpoint, new_name
 from .manifest import ManifestError
 from .uploader import Job, Uploader
 
@@ -108,8 +108,9 @@ class Checkpoints:
             raise ValueError(f"step={step!r} is invalid: pass a non-negative integer (e.g. the global batch count).")
         started = time.monotonic()
         snap = _state.snapshot(state, copy_arrays=_copy_arrays)
-        self.local.path.mkdir(parents=True, exist_ok=True)
-        local_dir = self.local.new_checkpoint_dir(step)
+        local_dir = self.local.path / new_name(step)
+        self._uploader.reserve(local_dir.name)
+        local_dir.mkdir(parents=True)
         _state.write_trackables(snap, local_dir)
         self.last_snapshot_s = time.monotonic() - started
         self._seq += 1

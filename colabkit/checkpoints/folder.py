@@ -172,8 +172,4 @@ class CheckpointFolder:
                 continue
         return deleted
 
-    def new_checkpoint_dir(self, step: int) -> Path:
-        path = self.path / new_name(step)
-        path.mkdir(parents=True)
-        return path
 

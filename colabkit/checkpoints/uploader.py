@@ -56,6 +56,7 @@ class Uploader:
         self._cond = threading.Condition()
         self._pending: Job | None = None
         self._writing: Job | None = None
+        self._reserved: set[str] = set()
         self._needs_upload = False
         self._uploaded_seq = 0
         self._committed_seq = 0
@@ -67,8 +68,14 @@ class Uploader:
         self._thread.start()
 
     # -- called from the training thread -------------------------------------------------------------
+    def reserve(self, name: str) -> None:
+        """Protect a checkpoint folder the training thread is about to create from pruning."""
+        with self._cond:
+            self._reserved.add(name)
+
     def submit(self, job: Job) -> None:
         with self._cond:
+            self._reserved.discard(job.local_dir.name)
             if self._closed:
                 raise RuntimeError("This Checkpoints object is closed; create a new one to save again.")
             if self._pending is not None:
@@ -80,7 +87,8 @@ class Uploader:
 
     def in_progress_names(self) -> set[str]:
         with self._cond:
-            return {j.local_dir.name for j in (self._pending, self._writing) if j is not None}
+            jobs = {j.local_dir.name for j in (self._pending, self._writing) if j is not None}
+            return jobs | self._reserved
 
     def wait(self, seq: int, timeout: float | None = None) -> bool:
         """Block until the checkpoint ``seq`` (or a newer one) is on the destination; False on timeout

@@ -1,4 +1,8 @@
-"""The status summary shown by `%colabkit` and `colabkit status`: environment, clock, Drive root, GPUs."""
+"""The status summary shown by `%colabkit` and `colabkit status`: environment, clock, Drive root, GPUs.
+
+(Not named status.py: importing a submodule ``colabkit.status`` would make the import system overwrite the
+public function ``colabkit.status`` with the module.)
+"""
 from __future__ import annotations
 
 import dataclasses

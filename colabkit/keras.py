@@ -1,0 +1,361 @@
+"""`colabkit.keras.AutoResume`: a drop-in superset of `keras.callbacks.BackupAndRestore`.
+
+    model.fit(ds, epochs=50, callbacks=[colabkit.keras.AutoResume("drive:runs/mnist")])
+
+Restores weights, optimizer state, metric state, epoch, batch and RNG state when training begins; saves
+crash-safely while training (to local disk, then uploaded in the background); saves and stops before the
+runtime cap; saves on SIGTERM and on an interrupt (the notebook's stop button) before giving control back.
+Requires Keras 3 (TensorFlow >= 2.16).
+"""
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .optional import require
+
+keras = require("keras", "tf", "colabkit.keras.AutoResume")
+
+from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from .deadline import watch_for  # noqa: E402
+from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
+
+log = logging.getLogger("colabkit")
+
+# Input pipelines that restart from their first batch every epoch, so skipping k batches positions them.
+_POSITIONABLE_ADAPTERS = {"ArrayDataAdapter", "TFDatasetAdapter", "PyDatasetAdapter", "TorchDataLoaderAdapter",
+                          "GrainDatasetAdapter"}
+_ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
+
+
+class AutoResume(keras.callbacks.Callback):
+    """Back up and restore training state, crash-safely, to ``directory`` ("drive:runs/x" or a folder).
+
+    Args:
+        directory: where checkpoints go (same role as BackupAndRestore's ``backup_dir``).
+        save_freq: "epoch" or an integer number of batches, as in BackupAndRestore.
+        every: also save on a wall-clock interval, e.g. "15min".
+        keep: committed checkpoints to keep (default: the configured ``keep``, 3).
+        deadline: "auto" (save and stop before the runtime cap; also save before the idle cutoff when
+            %keepalive is on), None, a time budget ("11h30m") counted from the start of training, or a datetime.
+        delete_checkpoint: delete the checkpoints after training completes (BackupAndRestore's default is
+            True; here False, so a finished run can still be inspected or continued).
+        deadline_margin: the least time before a deadline at which the final save starts (default 60s);
+            colabkit starts earlier when measured saves take longer (3x the measured save+upload time).
+        keep_every: also keep one checkpoint per interval ("6h").
+        verbose: 1 prints one line per resume/deadline/interrupt; 0 is silent (logging still records).
+    """
+
+    def __init__(self, directory, save_freq="epoch", every=None, keep=None, deadline="auto",
+                 delete_checkpoint=False, deadline_margin=None, keep_every=None, verbose=1, local_dir=None):
+        super().__init__()
+        if not directory or (isinstance(directory, str) and not directory.strip()):
+            raise ValueError(f"Empty `directory` argument passed (directory={directory!r}); pass a folder such as "
+                             f"\"drive:runs/mnist\" or \"checkpoints/mnist\".")
+        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+            raise ValueError(f"Invalid value for argument `save_freq`. Received: save_freq={save_freq!r}. "
+                             f"Expected either 'epoch' or an integer value (a number of batches, at least 1).")
+        if every is not None:
+            try:
+                every = parse_duration(every, name="every")
+            except ValueError:
+                raise ValueError(f"Invalid value for argument `every`. Received: every={every!r}. "
+                                 f"Expected None or {DURATION_FORMS}.") from None
+        self.directory, self.save_freq, self.every = directory, save_freq, every
+        self.deadline, self.delete_checkpoint, self.verbose = deadline, delete_checkpoint, verbose
+        self.margin_floor = 60.0 if deadline_margin is None else parse_duration(deadline_margin, name="deadline_margin")
+        watch_for(deadline, started_at=time.time())  # validate the deadline now, not when fit() starts
+        self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir)
+        self.restored = None          # what on_train_begin restored (colabkit.Restored) or None
+        self.events = []              # (wall time, event, detail) for timelines and the status panel
+        self._reset_run_state()
+
+    def _reset_run_state(self):
+        self._step = 0                # batches trained in total
+        self._epoch = 0               # current epoch
+        self._last_batch_seen = -1
+        self._batches_since_save = 0
+        self._last_saved_position = None
+        self._last_save_time = time.time()
+        self._skip_calls = 0
+        self._interrupt = None        # "SIGINT" / "SIGTERM" once received
+        self._stopped_for = None
+        self._old_handlers = {}
+        self._original_train_function = None
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def _say(self, message: str):
+        log.info("colabkit: %s", message)
+        if self.verbose:
+            print(f"colabkit: {message}", flush=True)
+
+    def _event(self, kind: str, detail: str):
+        self.events.append((time.time(), kind, detail))
+
+    def _variables(self):
+        model = self.model
+        optimizer = model.optimizer
+        return (list(model.variables),
+                list(optimizer.variables) if optimizer is not None else [],
+                list(getattr(model, "metrics_variables", [])))
+
+    def _rng_state(self) -> dict:
+        state = {"python": _python_rng_to_json(random.getstate())}
+        np_state = np.random.get_state()
+        state["numpy"] = {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
+                          "cached_gaussian": float(np_state[4])}
+        tf = sys.modules.get("tensorflow")
+        if tf is not None:
+            state["tf_global_generator"] = tf.random.get_global_generator().state.numpy()
+        seed_gen = _keras_global_seed_generator()
+        if seed_gen is not None:
+            state["keras_global_seed"] = keras.ops.convert_to_numpy(seed_gen.state.value)
+        return state
+
+    def _set_rng_state(self, state: dict):
+        random.setstate(_python_rng_from_json(state["python"]))
+        n = state["numpy"]
+        np.random.set_state(("MT19937", n["keys"], n["pos"], n["has_gauss"], n["cached_gaussian"]))
+        tf = sys.modules.get("tensorflow")
+        if tf is not None and "tf_global_generator" in state:
+            tf.random.get_global_generator().state.assign(state["tf_global_generator"])
+        seed_gen = _keras_global_seed_generator()
+        if seed_gen is not None and "keras_global_seed" in state:
+            seed_gen.state.assign(state["keras_global_seed"])
+
+    # -- restore -------------------------------------------------------------------------------------------
+    def on_train_begin(self, logs=None):
+        self._reset_run_state()
+        if not self.model.built:
+            raise ValueError("To use the AutoResume callback, your model must be built before you call `fit()`. "
+                             f"Model {self.model} is unbuilt. You can build it beforehand by calling it on a "
+                             "batch of data.")
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
+        self._install_signal_handlers()
+        restored = self.checkpoints.restore()
+        self.restored = restored
+        if restored is None:
+            self._event("start", "no checkpoint found; training from scratch")
+            return
+        self._apply(restored)
+        self._step = restored.step
+        epoch, batch = restored.epoch or 0, restored.batch or 0
+        self._last_saved_position = (epoch, batch)
+        if batch and not self._input_positionable():
+            self._say(f"the input pipeline cannot be positioned mid-epoch (e.g. a Python generator); "
+                      f"epoch {epoch} restarts at batch 0")
+            batch = 0
+        self.model._initial_epoch = epoch
+        self._epoch = epoch
+        if batch:
+            self._skip_first_batches(batch)
+        where = f"epoch {epoch}" + (f", batch {batch}" if batch else "")
+        self._event("restore", f"step {restored.step} ({where}) from {restored.source}")
+        self._say(f"resumed from step {restored.step} ({where}) [{restored.source} copy of {self.directory}]")
+
+    def _apply(self, restored):
+        """Check every saved array against the live variables first, then assign: nothing is overwritten
+        when the checkpoint does not fit."""
+        state = restored.state
+        groups = zip(("model", "optimizer", "metrics"), self._variables())
+        plan = []
+        for group, variables in groups:
+            saved, names = state.get(group) or [], state.get(f"{group}_paths") or []
+            if group == "metrics" and len(saved) != len(variables):
+                continue  # metrics differ (e.g. compile() changed); they only affect logs of the resumed epoch
+            if len(saved) != len(variables):
+                raise CheckpointError(
+                    f"The checkpoint at step {restored.step} in {self.directory} does not fit this model: it holds "
+                    f"{len(saved)} {group} variables, the model has {len(variables)}. Resume with the same "
+                    f"architecture, or use a new directory to start over. Nothing was changed.")
+            for i, (variable, value) in enumerate(zip(variables, saved)):
+                if tuple(variable.shape) != tuple(value.shape):
+                    saved_name = names[i] if i < len(names) else f"#{i}"
+                    raise CheckpointError(
+                        f"The checkpoint at step {restored.step} in {self.directory} does not fit this model: "
+                        f"{group} variable '{variable.path}' has shape {tuple(variable.shape)}, the checkpoint's "
+                        f"'{saved_name}' has shape {tuple(value.shape)}. Resume with the same architecture, or "
+                        f"use a new directory to start over. Nothing was changed.")
+                plan.append((variable, value))
+        for variable, value in plan:
+            variable.assign(value)
+        if state.get("rng"):
+            self._set_rng_state(state["rng"])
+
+    def _input_positionable(self) -> bool:
+        """True when fit()'s input restarts from its first batch each epoch (arrays, finite datasets)."""
+        frame = sys._getframe(1)
+        for _ in range(12):  # fit() -> CallbackList.on_train_begin -> here; look a few frames up
+            if frame is None:
+                break
+            iterator = frame.f_locals.get("epoch_iterator")
+            if iterator is not None and hasattr(iterator, "data_adapter"):
+                adapter = type(iterator.data_adapter).__name__
+                steps = getattr(iterator, "steps_per_epoch", None)
+                return adapter in _POSITIONABLE_ADAPTERS and (
+                    steps is None or steps == getattr(iterator.data_adapter, "num_batches", None))
+            frame = frame.f_back
+        return False
+
+    def _skip_first_batches(self, batches: int):
+        """Make the first train_function calls of the resumed epoch consume their batches without training."""
+        model = self.model
+        per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+        self._skip_calls = -(-batches // per_call)
+        original = self._original_train_function = model.train_function
+
+        def train_function(iterator):
+            if self._skip_calls > 0:
+                self._skip_calls -= 1
+                for _ in range(per_call):
+                    next(iterator)
+                return {}
+            return original(iterator)
+
+        model.train_function = train_function
+
+    # -- save triggers -------------------------------------------------------------------------------------
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._last_batch_seen = -1
+
+    def on_train_batch_end(self, batch, logs=None):
+        new = batch + 1 if batch <= self._last_batch_seen else batch - self._last_batch_seen
+        self._last_batch_seen = batch
+        if self._skip_calls > 0 or (self._original_train_function is not None and not logs):
+            return  # a batch skipped to reach the resume position; it was trained before the interruption
+        self._step += new
+        self._batches_since_save += new
+        position = (self._epoch, batch + 1)
+        if self._interrupt:
+            self._final_save(position, f"{self._interrupt} received")
+            return
+        deadline = self._watch.due(self._estimated_save_s())
+        if deadline is not None:
+            self._watch.mark_handled(deadline)
+            if deadline.stop_training:
+                self._final_save(position, f"{deadline.reason} is {format_duration(deadline.at - time.time())} away",
+                                 timeout=max(1.0, deadline.at - time.time()))
+            else:
+                self._save(position, reason=f"before {deadline.reason}", wait=max(1.0, deadline.at - time.time()))
+                self._say(f"saved step {self._step} before {deadline.reason}; training continues")
+            return
+        if isinstance(self.save_freq, int) and self._batches_since_save >= self.save_freq:
+            self._save(position, reason="save_freq")
+        elif self.every and time.time() - self._last_save_time >= self.every:
+            self._save(position, reason="every")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._epoch = epoch + 1
+        if self._original_train_function is not None:
+            self.model.train_function = self._original_train_function
+            self._original_train_function = None
+        if self.save_freq == "epoch" and self._stopped_for is None:
+            self._save((epoch + 1, 0), reason="epoch")
+
+    def on_train_end(self, logs=None):
+        try:
+            if self._original_train_function is not None:
+                self.model.train_function = self._original_train_function
+                self._original_train_function = None
+            if self._stopped_for is None and self._last_saved_position != (self._epoch, 0):
+                self._save((self._epoch, 0), reason="end of training", wait=True)
+            if self._stopped_for is None and self.delete_checkpoint and not self.model.stop_training:
+                self.checkpoints.close()
+                from .checkpoints.storage import remove_tree
+                remove_tree(self.checkpoints.destination)
+                remove_tree(self.checkpoints.local.path)
+        finally:
+            self._restore_signal_handlers()
+        if self._interrupt == "SIGTERM":
+            signal.raise_signal(signal.SIGTERM)   # deliver it now that the checkpoint is safe
+        elif self._interrupt == "SIGINT":
+            raise KeyboardInterrupt("training interrupted; the last checkpoint was committed first")
+
+    # -- saving --------------------------------------------------------------------------------------------
+    def _estimated_save_s(self) -> float:
+        measured = self.checkpoints.estimated_save_seconds()
+        if measured is not None:
+            return measured
+        nbytes = sum(v.shape.num_elements() if hasattr(v.shape, "num_elements") else int(np.prod(v.shape))
+                     for group in self._variables() for v in group) * 4
+        return 1.0 + nbytes / _ASSUMED_UPLOAD_BYTES_PER_S
+
+    def _save(self, position, *, reason: str, wait=False) -> bool:
+        epoch, batch = position
+        model_vars, opt_vars, metric_vars = self._variables()
+        state = {
+            "model": _numpy(model_vars), "model_paths": [v.path for v in model_vars],
+            "optimizer": _numpy(opt_vars), "optimizer_paths": [v.path for v in opt_vars],
+            "metrics": _numpy(metric_vars), "metrics_paths": [v.path for v in metric_vars],
+            "rng": self._rng_state(),
+        }
+        ok = self.checkpoints.save(self._step, state, epoch=epoch, batch=batch, wait=wait, _copy_arrays=False,
+                                   info={"reason": reason})
+        self._last_saved_position = position
+        self._batches_since_save, self._last_save_time = 0, time.time()
+        self._event("save", f"step {self._step} (epoch {epoch}, batch {batch}, {reason})")
+        return ok
+
+    def _final_save(self, position, why: str, timeout=None):
+        committed = self._save(position, reason=why, wait=True if timeout is None else timeout)
+        self.model.stop_training = True
+        self._stopped_for = why
+        where = "committed to" if committed else "kept on local disk; upload pending to"
+        self._event("stop", why)
+        self._say(f"{why}: saved step {self._step} ({where} {self.directory}) and stopped training. "
+                  f"Re-run this cell to resume.")
+
+    # -- signals -------------------------------------------------------------------------------------------
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):
+                pass
+
+    def _restore_signal_handlers(self):
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers = {}
+
+    def _on_signal(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self._interrupt == name and signum == signal.SIGINT:
+            previous = self._old_handlers.get(signum)
+            if callable(previous):   # second Ctrl-C: give up waiting for the save
+                previous(signum, frame)
+            raise KeyboardInterrupt
+        self._interrupt = name
+
+
+def _numpy(variables) -> list:
+    """Host copies of variables; 0-d values stay arrays so they keep their dtype."""
+    return [np.asarray(v.numpy()) for v in variables]
+
+
+def _keras_global_seed_generator():
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:  # pragma: no cover - other Keras layouts
+        return None
+    return global_state.get_global_attribute("global_seed_generator")
+
+
+def _python_rng_to_json(state):
+    version, internal, gauss = state
+    return {"version": version, "internal": list(internal), "gauss": gauss}
+
+
+def _python_rng_from_json(data):
+    return (data["version"], tuple(int(x) for x in data["internal"]), data["gauss"])
