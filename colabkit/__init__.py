@@ -25,6 +25,9 @@ _LAZY = {
     "demo": ("colabkit.demo", "run_demo"),
     "config": ("colabkit.config", None),
     "keras": ("colabkit.keras", None),
+    "keepalive": ("colabkit.keepalive", None),   # a callable module: colabkit.keepalive("60s")
+    "presence": ("colabkit.presence", None),     # a callable module: colabkit.presence()
+    "widgets": ("colabkit.widgets", None),
 }
 
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]

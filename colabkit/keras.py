@@ -268,6 +268,8 @@ class AutoResume(keras.callbacks.Callback):
                 self._original_train_function = None
             if self._stopped_for is None and self._last_saved_position != (self._epoch, 0):
                 self._save((self._epoch, 0), reason="end of training", wait=True)
+            elif self._stopped_for is None:
+                self.checkpoints.wait()  # the last epoch's save is the final one: wait for its upload
             if self._stopped_for is None and self.delete_checkpoint and not self.model.stop_training:
                 self.checkpoints.close()
                 from .checkpoints.storage import remove_tree

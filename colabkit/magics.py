@@ -14,6 +14,7 @@ class ColabkitMagics(Magics):
               help="status (default): environment, VM age, time left, drive root, GPUs; "
                    "config: effective settings and their sources; version: the colabkit version")
     @argument("--json", action="store_true", help="status as JSON")
+    @argument("--text", action="store_true", help="status as plain text, also where the live panel would show")
     @line_magic
     def colabkit(self, line=""):
         """Show colabkit's status summary, settings or version."""
@@ -26,13 +27,36 @@ class ColabkitMagics(Magics):
             elif args.what == "config":
                 from .summary import config_report
                 print(config_report())
-            else:
+            elif args.json:
                 from .summary import status
-                s = status()
-                print(s.json() if args.json else s.text())
+                print(status().json())
+            else:
+                from .widgets import show_status  # live panel in a kernel with ipywidgets, text elsewhere
+                show_status(text_only=args.text)
         except ConfigError as exc:
             # IPython shows a UsageError as one line, without a traceback.
             raise UsageError(f"colabkit: {exc}") from None
+
+    @magic_arguments()
+    @argument("interval", nargs="*", help='time between clicks of the keep-alive script, e.g. 60s (default) or '
+                                          '2min; "off" stops what %%keepalive started')
+    @argument("--script", action="store_true", help="show the browser script panel also outside Colab")
+    @argument("--poll", default=None, help="how often browser presence is checked (default 5s)")
+    @line_magic
+    def keepalive(self, line=""):
+        """Keep a Colab runtime alive (best-effort browser script) and save before the idle cutoff."""
+        from .keepalive import negative_argument
+        bad = negative_argument(line)
+        if bad:  # argparse would call "-5s" an unknown option
+            raise UsageError(bad)
+        args = parse_argstring(self.keepalive, line)
+        from . import keepalive as _keepalive
+        from .config import ConfigError
+        try:
+            _keepalive.keepalive(" ".join(args.interval) or _keepalive.DEFAULT_INTERVAL,
+                                 show_script=True if args.script else None, poll=args.poll)
+        except (ConfigError, ValueError) as exc:
+            raise UsageError(f"%keepalive: {exc}") from None
 
 
 def line_magic_names(magics_cls) -> list[str]:

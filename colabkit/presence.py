@@ -305,7 +305,7 @@ class PresenceMonitor:
     def _log_transition(self, old: Presence, new: Presence) -> None:
         if new.state == UNKNOWN:
             if new.detail != self._last_unknown:
-                log.warning("colabkit: browser presence unknown: %s", new.detail)
+                log.info("colabkit: browser presence unknown: %s", new.detail)
             self._last_unknown = new.detail
             return
         self._last_unknown = None

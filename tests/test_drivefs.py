@@ -6,13 +6,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
-from standins.drive_mount import _drivefs_module, fuse_available, fuse_unavailable_reason, is_mounted, mounted_drive
-from standins.pytest_drive import drive_mount, drive_mount_factory  # noqa: F401 (fixtures, until conftest loads the plugin)
+from tests.standins.drive_mount import _drivefs_module, fuse_available, fuse_unavailable_reason, is_mounted, mounted_drive
+from tests.standins.pytest_drive import drive_mount, drive_mount_factory  # noqa: F401 (until conftest loads it)
 
 drivefs = _drivefs_module()
 
@@ -61,14 +62,14 @@ def test_parse_fault_rejects_nonsense(text):
 
 
 def test_token_bucket_paces_writes_across_threads():
-    bucket = drivefs.TokenBucket(rate=10 * MB, burst=0)
+    bucket = drivefs.TokenBucket(rate=4 * MB, burst=0)
     start = time.monotonic()
     threads = [threading.Thread(target=lambda: [bucket.take(MB // 4) for _ in range(4)]) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert 1.3 < time.monotonic() - start < 4  # 4 MB at 10 MB/s = 1.6 s
+    assert 0.9 < time.monotonic() - start < 3  # 4 MB at 4 MB/s: 1 s
 
 
 def test_link_handler_answers_enosys_and_symlink_eopnotsupp(tmp_path):
@@ -78,9 +79,6 @@ def test_link_handler_answers_enosys_and_symlink_eopnotsupp(tmp_path):
 
 
 # -- through a real mount -------------------------------------------------------------------------------------
-
-pytestmark_fuse = [pytest.mark.fuse, needs_fuse]
-
 
 @pytest.mark.fuse
 @needs_fuse
@@ -315,8 +313,9 @@ def test_mounted_drive_cleans_up(tmp_path, situation):
         assert drive.process.poll() is not None
     finally:
         os.chdir(old_cwd)
-        if fd is not None:
-            os.close(fd)
+        if fd is not None:  # its flush meets the dead connection: ENOTCONN, as on Colab after a drop
+            with pytest.raises(OSError):
+                os.close(fd)
 
 
 @pytest.mark.fuse
@@ -339,5 +338,5 @@ def test_factory_mounts_several_and_remount_sees_the_same_files(drive_mount_fact
 
 
 def test_script_help_runs_without_mounting():
-    done = subprocess.run([os.sys.executable, drivefs.__file__, "--help"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, drivefs.__file__, "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--rate" in done.stdout and "--control" in done.stdout

@@ -1,6 +1,6 @@
 """Start / stop the Drive stand-in (``drivefs.py``, same folder) around a test.
 
-    from standins.drive_mount import fuse_available, mounted_drive
+    from tests.standins.drive_mount import fuse_available, mounted_drive
 
     with mounted_drive(tmp_path, rate=20e6) as drive:
         (drive.mountpoint / "x.bin").write_bytes(b"...")   # throttled, through FUSE
@@ -153,14 +153,15 @@ def _start(drive: DriveMount, read_rate: float | None, extra_args: list[str]) ->
         time.sleep(0.02)
 
 
-def unmount(mountpoint: os.PathLike | str) -> None:
-    """``fusermount3 -u``, falling back to a lazy ``-uz`` if the mount is busy; no-op if not mounted."""
+def unmount(mountpoint: os.PathLike | str) -> str | None:
+    """``fusermount3 -u``, falling back to a lazy ``-uz`` if the mount is busy (an open file, a cwd inside).
+    Returns the flags that worked, None if nothing was mounted there."""
     if not is_mounted(mountpoint):
-        return
+        return None
     for flags in ("-u", "-uz"):
         done = subprocess.run([FUSERMOUNT, flags, str(mountpoint)], capture_output=True, text=True)
         if done.returncode == 0 or not is_mounted(mountpoint):
-            return
+            return flags
     raise RuntimeError(f"could not unmount {mountpoint}: {done.stderr.strip()}")
 
 
@@ -169,14 +170,17 @@ def _stop(drive: DriveMount) -> None:
     if drive.process is not None and drive.process.poll() is None:
         with contextlib.suppress(OSError, ValueError):
             drive.set_fault("ok")  # an unmount must not meet an injected fault
+    how = None
     try:
-        unmount(drive.mountpoint)
+        how = unmount(drive.mountpoint)
     except (OSError, RuntimeError) as exc:
         errors.append(str(exc))
     proc = drive.process
     if proc is not None:
         try:
-            proc.wait(timeout=EXIT_TIMEOUT)  # unmounting ends fuse_main()
+            # A plain unmount ends fuse_main(); after a lazy one the kernel keeps the connection (and the process
+            # blocked) until the last open file / cwd inside goes, so do not wait long for that.
+            proc.wait(timeout=EXIT_TIMEOUT if how == "-u" else 1.0)
         except subprocess.TimeoutExpired:
             proc.terminate()
             try:

@@ -2,7 +2,7 @@
 
 Load it from tests/conftest.py with::
 
-    pytest_plugins = ["standins.pytest_drive"]
+    pytest_plugins = ["tests.standins.pytest_drive"]
 
 Fixtures (all skip the test, with the reason, where FUSE is unusable: no /dev/fuse, no fusermount3, no
 mfusepy/libfuse3):
