@@ -24,6 +24,10 @@ _LAZY = {
     "CheckpointError": ("colabkit.checkpoints", "CheckpointError"),
     "demo": ("colabkit.demo", "run_demo"),
     "config": ("colabkit.config", None),
+    "gpus": ("colabkit.devices", "gpus"),
+    "use_gpus": ("colabkit.devices", "use_gpus"),
+    "strategy": ("colabkit.devices", "strategy"),
+    "device": ("colabkit.devices", "device"),
     "keras": ("colabkit.keras", None),
     "keepalive": ("colabkit.keepalive", None),   # a callable module: colabkit.keepalive("60s")
     "presence": ("colabkit.presence", None),     # a callable module: colabkit.presence()
@@ -52,9 +56,13 @@ def load_ipython_extension(ipython):
     """`%load_ext colabkit`: register the magics. Loading twice is harmless."""
     from . import magics
     magics.load(ipython)
+    from . import gpu_magics
+    gpu_magics.load(ipython)
 
 
 def unload_ipython_extension(ipython):
     """`%unload_ext colabkit`: remove what loading added."""
     from . import magics
     magics.unload(ipython)
+    from . import gpu_magics
+    gpu_magics.unload(ipython)

@@ -20,6 +20,31 @@ def _cmd_config(args) -> int:
     return 0
 
 
+def _cmd_demo(args) -> int:
+    from .demo import run_demo
+    run_demo(cap=args.cap, epochs=args.epochs, directory=args.dir)
+    return 0
+
+
+def _cmd_checkpoints(args) -> int:
+    from .checkpoints.report import checkpoints_report
+    text, ok = checkpoints_report(args.directory, verify=args.verify, as_json=args.json)
+    print(text)
+    return 0 if ok else 1
+
+
+def _cmd_gpus(args) -> int:
+    from .devices import gpus
+    inventory = gpus()
+    print(inventory.json() if args.json else inventory.table())
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .jobs import main_from_args
+    return main_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="colabkit",
@@ -34,12 +59,46 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="print the effective settings and where each came from")
     p.set_defaults(func=_cmd_config)
 
+    p = sub.add_parser("demo", help="train a small Keras model through a simulated session cap, then resume it",
+                       description="Session 1 trains with AutoResume until a simulated runtime cap, saves and "
+                                   "stops; the local disk is wiped as on a reclaimed VM; session 2 resumes from "
+                                   "the drive root and finishes. Prints a timeline.")
+    p.add_argument("--cap", default="8s", help="the simulated session cap (default: 8s)")
+    p.add_argument("--epochs", type=int, default=12, help="epochs to train in total (default: 12)")
+    p.add_argument("--dir", help='checkpoint location (default: "drive:colabkit-demo/run-<time>")')
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("checkpoints", help="list the committed checkpoints in a folder, optionally verifying them")
+    p.add_argument("directory", help='a checkpoint location, e.g. "drive:runs/mnist" or a local folder')
+    p.add_argument("--verify", action="store_true", help="check every file's size and sha256 against the manifest")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=_cmd_checkpoints)
+
+    p = sub.add_parser("gpus", help="list the GPUs: memory, utilization, temperature, processes, MIG instances")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=_cmd_gpus)
+
+    from .jobs import add_arguments as add_run_arguments
+    p = sub.add_parser("run", help="run notebooks and scripts side by side, one per GPU, from a queue",
+                       usage="colabkit run [options] JOB [JOB ...] [-- ARGS ...]",
+                       description="Queue jobs over the chosen GPUs: each job gets its own CUDA_VISIBLE_DEVICES, "
+                                   "jobs beyond the free GPUs wait, logs go to a run folder. Exits 1 if a job "
+                                   "failed; Ctrl-C gives running jobs SIGTERM and --grace seconds, then SIGKILL.")
+    add_run_arguments(p)
+    p.set_defaults(func=_cmd_run)
+
     return parser
 
 
 def main(argv=None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough = []
+    if "run" in argv and "--" in argv[argv.index("run"):]:  # `colabkit run JOB... -- ARGS`: ARGS go to the jobs
+        cut = argv.index("--", argv.index("run"))
+        argv, passthrough = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    args.passthrough = passthrough
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

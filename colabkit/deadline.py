@@ -120,5 +120,6 @@ def watch_for(deadline, *, started_at: float, margin_floor: float = 60.0) -> Dea
     except ValueError:
         raise ValueError(f"deadline={deadline!r} is invalid; expected \"auto\", None, a datetime, or {DURATION_FORMS} "
                          f"(a time budget counted from the start of training).") from None
-    return DeadlineWatch([FixedClock(started_at + budget, reason=f"the {deadline} time budget")],
+    from .units import format_duration
+    return DeadlineWatch([FixedClock(started_at + budget, reason=f"the {format_duration(budget)} time budget")],
                          margin_floor=margin_floor)

@@ -31,7 +31,7 @@ import time
 import types
 import urllib.parse
 
-from .units import DURATION_FORMS, format_duration, parse_duration
+from .units import DURATION_FORMS, parse_duration
 
 log = logging.getLogger("colabkit")
 
@@ -87,7 +87,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   function shown(el) {
     if (el.hasAttribute && (el.hasAttribute("open") || el.hasAttribute("opened"))) { return true; }
     if (el.open === true || el.opened === true) { return true; }
-    if (el.tagName === "DIALOG") { return false; }
+    if (/^(DIALOG|MWC-DIALOG|MD-DIALOG|PAPER-DIALOG)$/.test(el.tagName)) { return false; }
     var r = el.getBoundingClientRect(), style = window.getComputedStyle(el);
     return r.width > 0 && r.height > 0 && style.visibility !== "hidden" && style.display !== "none";
   }
@@ -100,7 +100,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     for (i = 0; i < dialogs.length; i++) {
       var text = deepText(dialogs[i]).replace(/\s+/g, " ").trim();
       if (shown(dialogs[i]) && DIALOG_TEXT.test(text)) {
-        return {kind: /robot|captcha/i.test(text) ? "captcha" : "still-there", text: text.slice(0, 160)};
+        return {kind: /still there/i.test(text) ? "still-there" : "captcha", text: text.slice(0, 160)};
       }
     }
     return null;
@@ -189,6 +189,15 @@ HONEST_TEXT = (
     "AutoResume(deadline=\"auto\") saves and uploads a checkpoint before the idle cutoff.")
 
 
+def _short(seconds: float) -> str:
+    """'60s', '0.5s', '2min', '1.5h' style: the way a user would type it."""
+    if seconds >= 3600 and seconds % 360 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}min"
+    return f"{seconds:g}s"
+
+
 def parse_interval(value) -> float:
     """Seconds between clicks; raises ValueError with one clear line for anything else."""
     try:
@@ -263,7 +272,7 @@ def describe() -> str:
         return "off"
     since = time.strftime("%H:%M", time.localtime(_state.since))
     if _state.kind == "colab":
-        return (f"on since {since}: script handed out (clicks every {format_duration(_state.interval)} "
+        return (f"on since {since}: script handed out (clicks every {_short(_state.interval)} "
                 f"while it runs in your Colab tab); presence monitored")
     return f"on since {since}: presence monitored (no browser script needed here)"
 
@@ -289,7 +298,7 @@ def keepalive(interval=DEFAULT_INTERVAL, *, show_script: bool | None = None, pol
     with _state.lock:
         _state.on, _state.interval, _state.since, _state.kind = True, seconds, time.time(), environment.kind
     p = monitor.current
-    presence_line = f"presence detection started (every {format_duration(poll_s)}): {p.text()}"
+    presence_line = f"presence detection started (every {_short(poll_s)}): {p.text()}"
     if show_script or (show_script is None and environment.kind == "colab"):
         _show_panel(seconds, environment, presence_line)
         return
@@ -337,7 +346,7 @@ def panel_html(interval=DEFAULT_INTERVAL) -> tuple[str, str]:
     intro = (
         '<div class="colabkit-keepalive-intro" style="line-height:1.5">'
         "<b>colabkit keep-alive</b><br>"
-        f"{html.escape(HONEST_TEXT.format(interval=format_duration(seconds)))}<br>"
+        f"{html.escape(HONEST_TEXT.format(interval=_short(seconds)))}<br>"
         "<b>Either</b> drag this link to your bookmarks bar, then click the bookmark while the Colab tab is open: "
         f'<a class="colabkit-bookmarklet" href="{html.escape(bookmarklet(seconds), quote=True)}" '
         'style="font-weight:bold;border:1px solid #888;border-radius:4px;padding:1px 6px">Colab keep-alive</a><br>'
@@ -380,7 +389,7 @@ def _show_panel(seconds: float, environment, presence_line: str) -> None:
     except ImportError:
         box = None
     if box is None or "IPython" not in sys.modules:
-        print(f"colabkit keep-alive\n{HONEST_TEXT.format(interval=format_duration(seconds))}\n\n"
+        print(f"colabkit keep-alive\n{HONEST_TEXT.format(interval=_short(seconds))}\n\n"
               f"Paste this into the browser console on the Colab tab:\n\n{script(seconds)}\n{presence_line}")
         return
     display(box)

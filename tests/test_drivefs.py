@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.standins.drive_mount import _drivefs_module, fuse_available, fuse_unavailable_reason, is_mounted, mounted_drive
+from tests.standins.drive_mount import (_drivefs_module, fuse_available, fuse_unavailable_reason, is_mounted,
+                                         mounted_drive)
 from tests.standins.pytest_drive import drive_mount, drive_mount_factory  # noqa: F401 (until conftest loads it)
 
 drivefs = _drivefs_module()

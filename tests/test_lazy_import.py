@@ -3,6 +3,7 @@
 dependency names the extra to install."""
 import ast
 import configparser
+import importlib
 import importlib.util
 import json
 import subprocess
@@ -74,6 +75,11 @@ def test_load_ext_and_magic_load_no_framework(colab_standin):
     assert probe(code)["forbidden"] == []
 
 
+def test_cli_status_and_config_load_no_framework(colab_standin):
+    code = "from colabkit import cli\ncli.main(['status'])\ncli.main(['status', '--json'])\ncli.main(['config'])"
+    assert probe(code)["forbidden"] == []
+
+
 def test_lazy_public_names_resolve():
     from colabkit import config, runtime, summary
     assert colabkit.env is runtime.env
@@ -92,11 +98,13 @@ def test_unknown_attribute_is_an_attribute_error():
     assert not hasattr(colabkit, "no_such_thing")
 
 
-def test_no_lazy_function_shares_its_name_with_a_submodule():
+def test_no_lazy_function_shares_its_name_with_a_plain_submodule():
     # Importing submodule colabkit.X sets the package attribute X to the module, replacing a lazily bound
     # function of the same name (colabkit.status() once failed with "'module' object is not callable").
+    # A clash is safe only if the module itself is callable (keepalive.py / presence.py do that).
     clashes = [name for name, (module, attr) in colabkit._LAZY.items()
-               if attr is not None and importlib.util.find_spec(f"colabkit.{name}") is not None]
+               if attr is not None and importlib.util.find_spec(f"colabkit.{name}") is not None
+               and not callable(importlib.import_module(f"colabkit.{name}"))]
     assert clashes == []
 
 

@@ -106,6 +106,8 @@ def _load():
         data = json.load(fh)
     if data.get("driver_loaded") is False:
         raise NVMLError(NVML_ERROR_DRIVER_NOT_LOADED)
+    if data.get("nvml") is False:  # a driver whose libnvidia-ml.so.1 cannot be loaded: nvidia-smi still works
+        raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
     return data
 
 

@@ -1,0 +1,43 @@
+"""`colabkit checkpoints DIR`: what a checkpoint folder holds, for people and scripts."""
+from __future__ import annotations
+
+import json
+import time
+
+from ..locations import resolve
+from ..units import format_duration, format_size
+from .folder import CheckpointFolder, CorruptCheckpoint
+
+
+def checkpoints_report(location, *, verify: bool = False, as_json: bool = False) -> tuple[str, bool]:
+    """(text, all_ok): the committed checkpoints in ``location``, oldest first; with ``verify``, each one's
+    files are checked against its manifest. Folders without a valid manifest are counted as leftovers."""
+    path = resolve(location)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{location!r} ({path}) is not a folder; pass the directory given to "
+                                f"AutoResume or Checkpoints.")
+    folder = CheckpointFolder(path)
+    rows, ok = [], True
+    for info in folder.committed():
+        problem = None
+        if verify:
+            try:
+                folder.verify(info, full=True)
+            except CorruptCheckpoint as exc:
+                problem, ok = str(exc), False
+        rows.append({"name": info.name, "step": info.step, "epoch": info.epoch, "batch": info.batch,
+                     "created": info.created, "size": info.size, "reason": info.manifest["info"].get("reason"),
+                     "valid": None if not verify else problem is None, "problem": problem})
+    leftovers = sorted(p.name for p in folder._candidates()) if hasattr(folder, "_candidates") else []
+    leftovers = [name for name in leftovers if name not in {r["name"] for r in rows}]
+    if as_json:
+        return json.dumps({"location": str(location), "path": str(path), "checkpoints": rows,
+                           "leftovers": leftovers}, indent=2), ok
+    lines = [f"{path}: {len(rows)} committed checkpoint(s)" + (f", {len(leftovers)} leftover(s)" if leftovers else "")]
+    now = time.time()
+    for r in rows:
+        where = f"epoch {r['epoch']}, batch {r['batch']}" if r["epoch"] is not None else "-"
+        status = "" if r["valid"] is None else ("  OK" if r["valid"] else f"  DAMAGED: {r['problem']}")
+        lines.append(f"  step {r['step']:>8}  {where:<22} {format_size(r['size']):>10}  "
+                     f"{format_duration(now - r['created'])} ago{status}")
+    return "\n".join(lines), ok

@@ -1,0 +1,879 @@
+"""The rewriter: Colab-only constructs in a notebook's code cells -> minimal edits of their sources + findings.
+
+Works on cell sources only (strings in, strings out); reading and writing files is ``colabkit.migrate``'s job.
+Two passes over the notebook: first every cell is read (IPython's transformer + ``ast``) and the names bound to
+``google.colab`` anywhere are collected; then each cell gets its edits, which need that notebook-wide view (an
+import in cell 1 is dropped only if no later cell still needs the name it binds).
+"""
+from __future__ import annotations
+
+import ast
+import bisect
+import dataclasses
+import io
+import re
+import tokenize
+from collections import Counter
+
+from ..portable import classify_colab_path
+from . import rules as R
+from .cells import read_cell
+from .shell import path_spans
+
+_PIP_HEAD = re.compile(r"!\s*(?:pip3?|python3?\s+-m\s+pip|\{sys\.executable\}\s+-m\s+pip)(?=\s|$)")
+_SHELL_META = frozenset("|&;<>`$\n")
+_APT = re.compile(r"^\s*(?:sudo\s+)?apt(?:-get)?\s+(?:.*\s)?install\b")
+_NVIDIA_SMI = re.compile(r"^\s*nvidia-smi(?:\s+[-\w=.,]+)*\s*$")
+_FORM = re.compile(r"#\s*@(title|param|markdown)\b")
+_STR_PREFIX = re.compile(r"([rRuUfF]{0,2})('''|\"\"\"|'|\")")
+
+
+@dataclasses.dataclass
+class Finding:
+    """One thing migrate found: what, where, what it did, and what is left to do by hand."""
+    code: str
+    cell: int                 # 0-based index in the notebook's cells
+    line: int                 # 1-based line in the cell
+    message: str
+    applied: bool             # the fix was written (or would be, with --check)
+    manual: str = ""          # what the user still has to do by hand
+    before: list = dataclasses.field(default_factory=list)  # the original line(s)
+    after: list = None        # the same place after migration (None: unchanged)
+
+    @property
+    def title(self) -> str:
+        return R.BY_CODE[self.code].title
+
+
+@dataclasses.dataclass
+class _Edit:
+    start: tuple               # (line, col), 0-based, in the original cell source
+    end: tuple
+    text: str
+    finding: Finding = None
+    order: int = 5             # tie-break for insertions at the same place
+    provides_import: bool = False
+    top_level: bool = False
+    new_span: tuple = None     # (start, end) offsets in the new source, set when applied
+
+
+@dataclasses.dataclass
+class CellResult:
+    index: int
+    source: str
+    new_source: str
+    findings: list
+
+
+@dataclasses.dataclass
+class _Ref:
+    node: ast.AST
+    qualname: str
+    binding: str
+    guarded: bool
+
+
+def _is_colab(qualname) -> bool:
+    return qualname is not None and (qualname == "google.colab" or qualname.startswith("google.colab."))
+
+
+class _CellWork:
+    """Per-cell state while edits are computed."""
+
+    def __init__(self, index, source, code):
+        self.index, self.source, self.code = index, source, code
+        self.lines = code.lines
+        self.edits, self.findings = [], []
+        self.parents, self.guarded = {}, []
+        self.refs, self.handled = [], set()
+        self.escape_lines = set()
+        self.imports_colabkit = []     # line numbers (0-based) of unguarded top-level "import colabkit"
+        if code.tree is not None:
+            for parent in ast.walk(code.tree):
+                for child in ast.iter_child_nodes(parent):
+                    self.parents[child] = parent
+            for esc in code.escapes:
+                self.escape_lines.update(range(esc.line, esc.end_line + 1))
+
+    # positions --------------------------------------------------------------------------------------------
+    def col(self, lineno, byte_col) -> int:
+        """Character column of ``byte_col`` (ast's UTF-8 offset) on 1-based line ``lineno``."""
+        line = self.lines[lineno - 1] if lineno - 1 < len(self.lines) else ""
+        return byte_col if line.isascii() else len(line.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+    def start(self, node):
+        return node.lineno - 1, self.col(node.lineno, node.col_offset)
+
+    def end(self, node):
+        return node.end_lineno - 1, self.col(node.end_lineno, node.end_col_offset)
+
+    def text(self, start, end) -> str:
+        (l0, c0), (l1, c1) = start, end
+        if l0 == l1:
+            return self.lines[l0][c0:c1]
+        return self.lines[l0][c0:] + "".join(self.lines[l0 + 1:l1]) + self.lines[l1][:c1]
+
+    def content(self, line) -> str:
+        return self.lines[line].rstrip("\n")
+
+    def is_guarded(self, pos) -> bool:
+        return any(s <= pos < e for s, e in self.guarded)
+
+    def owns_lines(self, node) -> bool:
+        """The statement is alone on its lines (no 'a; b', no 'if x: b'); a trailing comment is fine."""
+        (l0, c0), (l1, c1) = self.start(node), self.end(node)
+        after = self.lines[l1][c1:].strip()
+        return not self.lines[l0][:c0].strip() and (not after or after.startswith("#"))
+
+    def statement_of(self, node):
+        while node is not None and not isinstance(node, ast.stmt):
+            node = self.parents.get(node)
+        return node
+
+    def only_in_block(self, stmt) -> bool:
+        parent = self.parents.get(stmt)
+        if parent is None or isinstance(parent, ast.Module):
+            return False
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and stmt in block:
+                return len(block) == 1
+        return False
+
+    def top_level_statement(self, line):
+        """The top-level statement holding 0-based ``line`` (None if none does)."""
+        for node in self.code.tree.body:
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+            if first <= line <= node.end_lineno - 1:
+                return node, first
+        return None, None
+
+    # findings ---------------------------------------------------------------------------------------------
+    def finding(self, code, line, message, applied, manual="") -> Finding:
+        found = Finding(code=code, cell=self.index, line=line + 1, message=message, applied=applied,
+                        manual=manual or (R.BY_CODE[code].manual if applied or code in ("CK001", "CK002") else ""))
+        if not applied and not manual:
+            found.manual = R.BY_CODE[code].manual
+        self.findings.append(found)
+        return found
+
+    def edit(self, start, end, text, finding, **kw) -> _Edit:
+        e = _Edit(start=start, end=end, text=text, finding=finding, **kw)
+        self.edits.append(e)
+        return e
+
+
+class Rewriter:
+    """Compute the migration of one notebook's code cells."""
+
+    def __init__(self, active=None, drive_root=None):
+        self.active = frozenset(R.BY_CODE) if active is None else frozenset(active)
+        self.drive_root = drive_root
+
+    def on(self, code) -> bool:
+        return code in self.active
+
+    # entry point -----------------------------------------------------------------------------------------
+    def run(self, sources: list) -> list:
+        """``sources``: per cell, its source text, or None for a cell that is not code. One CellResult per code
+        cell, in order."""
+        works = []
+        for index, source in enumerate(sources):
+            if source is None:
+                continue
+            code = read_cell(source, R.PYTHON_CELL_MAGICS)
+            works.append(_CellWork(index, source, code))
+        self.unit = _indent_unit(works)
+        self.bindings = {}
+        for work in works:
+            if work.code.tree is not None and work.code.problem is None:
+                self._collect_bindings(work)
+        for work in works:
+            if work.code.problem is not None:
+                code, line, message = work.code.problem
+                work.finding(code, line - 1, f"cell left unchanged: {message}", False)
+                continue
+            self._cell_magic(work)
+            if work.code.tree is None:
+                continue
+            self._guards(work)
+            self._python(work)
+            self._escapes(work)
+            self._forms(work)
+        self._imports(works)
+        self._ensure_import(works)
+        return [self._apply(work) for work in works]
+
+    # pass 1: names bound to google.colab -------------------------------------------------------------------
+    def _collect_bindings(self, work):
+        for node in ast.walk(work.code.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if _is_colab(alias.name):
+                        if alias.asname:
+                            self.bindings[alias.asname] = alias.name
+                        else:
+                            self.bindings[alias.name.split(".")[0]] = alias.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    qual = f"{node.module}.{alias.name}"
+                    if _is_colab(qual) and alias.name != "*":
+                        self.bindings[alias.asname or alias.name] = qual
+
+    def _qualname(self, node):
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in self.bindings:
+            return None, None
+        qual = ".".join([self.bindings[node.id]] + parts[::-1])
+        return (qual, node.id) if _is_colab(qual) else (None, None)
+
+    # guarded regions (code the notebook already runs only on Colab, or only elsewhere) -----------------------
+    def _guards(self, work):
+        for node in ast.walk(work.code.tree):
+            guarded = False
+            if isinstance(node, (ast.If, ast.IfExp, ast.While)):
+                guarded = _mentions_colab(node.test)
+            elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+                guarded = any(_imports_colab(s) for s in ast.walk(ast.Module(body=node.body, type_ignores=[])))
+            if guarded:
+                work.guarded.append((work.start(node), work.end(node)))
+            if isinstance(node, ast.Import) and any(a.name == "colabkit" and not a.asname for a in node.names):
+                if node in work.code.tree.body:
+                    work.imports_colabkit.append(node.lineno - 1)
+
+    # pass 2: Python -----------------------------------------------------------------------------------------
+    def _python(self, work):
+        tree = work.code.tree
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                self._call(work, node)
+        self._references(work, tree)
+        for node in ast.walk(tree):
+            if node in work.handled or (node.lineno - 1 if hasattr(node, "lineno") else -1) in work.escape_lines:
+                continue
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                parent = work.parents.get(node)
+                if isinstance(parent, (ast.Expr, ast.JoinedStr, ast.FormattedValue)):
+                    continue
+                self._literal(work, node, node.value, parent)
+            elif isinstance(node, ast.JoinedStr):
+                parent = work.parents.get(node)
+                if isinstance(parent, (ast.Expr, ast.JoinedStr, ast.FormattedValue)):
+                    continue
+                if node.values and isinstance(node.values[0], ast.Constant) and isinstance(node.values[0].value, str):
+                    self._literal(work, node, node.values[0].value, parent)
+
+    def _call(self, work, call):
+        qual, binding = self._qualname(call.func)
+        if qual is None or work.is_guarded(work.start(call)):
+            return
+        if qual in R.CALLS:
+            code, replacement = R.CALLS[qual]
+            if not self.on(code):
+                return
+            work.handled.add(call.func)
+            func_text = work.text(work.start(call.func), work.end(call.func))
+            message = f"{func_text}(...) -> {replacement}(...)"
+            manual = ""
+            if code == "CK304":
+                key = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else None
+                manual = (f"set the environment variable {key} on this machine" if isinstance(key, str)
+                          else R.BY_CODE[code].manual)
+            found = work.finding(code, call.lineno - 1, message, True, manual)
+            work.edit(work.start(call.func), work.end(call.func), replacement, found)
+            if code == "CK101":
+                self._drop_mountpoint(work, call, found)
+        elif qual in R.GUARD_CALLS and self.on("CK308"):
+            work.handled.add(call.func)
+            stmt = work.parents.get(call)
+            if isinstance(stmt, ast.Expr) and work.owns_lines(stmt):
+                found = work.finding("CK308", stmt.lineno - 1, f"{qual}() runs only on Colab", True)
+                self._guard_statement(work, stmt, found)
+            else:
+                work.finding("CK308", call.lineno - 1, f"{qual}() runs only on Colab, but its value is used or it "
+                             f"shares its line", False, "put it under 'if colabkit.on_colab():' by hand")
+
+    def _drop_mountpoint(self, work, call, found):
+        target = None
+        if len(call.args) == 1 and not isinstance(call.args[0], ast.Starred):
+            target = call.args[0]
+        else:
+            target = next((k for k in call.keywords if k.arg == "mountpoint"), None)
+        value = target.value if isinstance(target, ast.keyword) else target
+        if not (isinstance(value, ast.Constant) and value.value in R.COLAB_MOUNTPOINTS):
+            if isinstance(value, ast.Constant):
+                work.handled.add(value)
+            return
+        work.handled.add(value)
+        items = sorted(list(call.args) + list(call.keywords), key=lambda n: (n.lineno, n.col_offset))
+        position = items.index(target)
+        if position + 1 < len(items):
+            end = work.start(items[position + 1])
+        else:
+            end = work.end(call)
+            end = (end[0], end[1] - 1)  # up to the closing parenthesis
+        work.edit(work.start(target), end, "", found)
+        found.message += " (the Colab mount point is colabkit's default)"
+
+    def _guard_statement(self, work, stmt, found):
+        (l0, c0), (l1, _) = work.start(stmt), work.end(stmt)
+        indent = work.lines[l0][:c0]
+        work.edit((l0, 0), (l0, 0), f"{indent}if colabkit.on_colab():\n", found, order=6)
+        inside = _lines_inside_strings(work, stmt)
+        for line in range(l0, l1 + 1):
+            if line not in inside:
+                work.edit((line, 0), (line, 0), self.unit, found, order=7)
+
+    def _references(self, work, tree):
+        """Uses of google.colab names that no rule rewrote."""
+        def visit(node):
+            if isinstance(node, (ast.Attribute, ast.Name)) and not isinstance(node.ctx, ast.Store):
+                qual, binding = self._qualname(node)
+                if qual is not None:
+                    guarded = work.is_guarded(work.start(node))
+                    work.refs.append(_Ref(node, qual, binding, guarded))
+                    if node not in work.handled and not guarded and work.start(node)[0] not in work.escape_lines:
+                        code = next((c for p, c in R.REPORT_PREFIXES if qual.startswith(p)), "CK309")
+                        consumed = any(isinstance(p, ast.Call) and p.func is node for p in [work.parents.get(node)])
+                        if self.on(code) and not (consumed and False):
+                            work.finding(code, node.lineno - 1, f"{qual} has no portable equivalent", False)
+                    return
+            for child in ast.iter_child_nodes(node):
+                visit(child)
+        visit(tree)
+
+    def _literal(self, work, node, value, parent):
+        found = classify_colab_path(value)
+        if found is None or work.is_guarded(work.start(node)):
+            return
+        if isinstance(node, ast.JoinedStr):
+            if len(value) <= len(found.prefix) or value[len(found.prefix)] != "/":
+                return  # f"/content{x}": the static part does not end at a folder boundary
+        line = node.lineno - 1
+        chdir = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and \
+            _dotted(parent.func) in ("os.chdir", "chdir")
+        if found.kind == "mountpoint":
+            if self.on("CK104"):
+                work.finding("CK104", line, f"{value!r} is a Drive path outside My Drive", False)
+            return
+        code = ("CK202" if chdir else "CK102" if found.spelling == "current" else "CK103") \
+            if found.kind == "drive" else ("CK202" if chdir else "CK201")
+        if not self.on(code):
+            return
+        if _FORM.search(work.content(node.end_lineno - 1)) and "@param" in work.content(node.end_lineno - 1):
+            self._form_path(work, node, value)
+            return
+        func = "colabkit.drive" if found.kind == "drive" else "colabkit.workdir"
+        replacement = self._literal_replacement(work, node, value, found, func, parent)
+        if replacement is None:
+            work.finding(code, line, f"{value!r} is a Colab path, but its string is too unusual to rewrite", False,
+                         f"replace it by hand with {func}(...)")
+            return
+        manual = self._path_manual(found)
+        found_ = work.finding(code, line, f"{value!r} -> {replacement}", True, manual)
+        work.edit(work.start(node), work.end(node), replacement, found_)
+
+    def _literal_replacement(self, work, node, value, found, func, parent):
+        segment = work.text(work.start(node), work.end(node))
+        head_len = len(value) - len(found.rest) if found.rest else len(value)
+        head = value[:head_len]
+        rest_expr = None
+        if _single_literal(segment):
+            match = _STR_PREFIX.match(segment)
+            if match and not set(match.group(1).lower()) - set("rfu"):
+                letters, quote = match.groups()
+                body = segment[match.end():len(segment) - len(quote)]
+                if body.startswith(head):
+                    raw_rest = body[len(head):]
+                    rest_expr = f"{letters}{quote}{raw_rest}{quote}" if raw_rest else ""
+        elif isinstance(node, ast.Constant):
+            rest_expr = repr(found.rest) if found.rest else ""
+        if rest_expr is None:
+            return None
+        if rest_expr:
+            return f"{func}({rest_expr})"
+        if not found.trailing_slash:
+            return f"{func}()"
+        text = f"{func}() + '/'"
+        wrap = isinstance(parent, (ast.Attribute, ast.Subscript)) or (
+            isinstance(parent, ast.BinOp) and not isinstance(parent.op, ast.Add))
+        return f"({text})" if wrap else text
+
+    def _path_manual(self, found) -> str:
+        if found.kind == "content":
+            if found.rest.split("/")[0] == "sample_data":
+                return ("Colab's sample_data folder exists only on Colab: copy the files used into sample_data/ "
+                        "in the working folder")
+            return ""
+        if self.drive_root is not None and found.rest:
+            from pathlib import Path
+            if not (Path(self.drive_root) / found.rest).exists():
+                return f"{found.rest} is not in {self.drive_root} (fine if the notebook creates it)"
+        return ""
+
+    def _form_path(self, work, node, value):
+        stmt = work.parents.get(node)
+        if not (isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and work.owns_lines(stmt)):
+            if self.on("CK402"):
+                work.finding("CK402", node.lineno - 1, f"form field holds the Colab path {value!r}", False,
+                             "map it with colabkit.portable_path(...) where it is used")
+            return
+        if not self.on("CK402"):
+            return
+        name = stmt.targets[0].id
+        mapped = f"{name} = colabkit.portable_path({name})"
+        last = stmt.end_lineno - 1
+        if last + 1 < len(work.lines) and work.lines[last + 1].strip() == mapped:
+            return  # already migrated
+        indent = work.lines[stmt.lineno - 1][:work.start(stmt)[1]]
+        found = work.finding("CK402", stmt.lineno - 1,
+                             f"form field {name} = {value!r} kept; its value is mapped on the next line", True)
+        work.edit((last, len(work.content(last))), (last, len(work.content(last))), f"\n{indent}{mapped}", found)
+
+    # pass 2: magics and shell escapes -----------------------------------------------------------------------
+    def _escapes(self, work):
+        for esc in work.code.escapes:
+            if work.is_guarded((esc.line, esc.col)):
+                continue
+            if esc.kind == "magic":
+                self._magic(work, esc)
+            elif esc.kind in ("system", "getoutput"):
+                self._shell(work, esc)
+
+    def _magic(self, work, esc):
+        line_text = work.content(esc.line)
+        if esc.name == "tensorflow_version":
+            if not self.on("CK310"):
+                return
+            version = esc.arg.strip()
+            manual = "" if version.startswith("2") else \
+                "TensorFlow 1.x is gone from Colab too: port this notebook to TensorFlow 2 (tf.compat.v1 helps)"
+            found = work.finding("CK310", esc.line, f"%tensorflow_version {version} commented out", True, manual)
+            note = "  # colabkit migrate: Colab-only magic, no effect on current Colab"
+            original = line_text[esc.col:]
+            stmt = work.statement_of(_node_at_line(work, esc.line))
+            if stmt is not None and work.only_in_block(stmt):
+                work.edit((esc.line, esc.col), (esc.end_line, len(work.content(esc.end_line))),
+                          f"pass  # {original}{note}", found)
+            else:
+                work.edit((esc.line, esc.col), (esc.line, esc.col), "# ", found)
+                work.edit((esc.end_line, len(work.content(esc.end_line))),
+                          (esc.end_line, len(work.content(esc.end_line))), note, found)
+            return
+        if esc.name == "load_ext" and esc.arg.strip().startswith("google.colab"):
+            if not self.on("CK308") or esc.assign:
+                return
+            indent = line_text[:esc.col]
+            found = work.finding("CK308", esc.line, f"%load_ext {esc.arg.strip()} runs only on Colab", True)
+            call = f"get_ipython().run_line_magic('load_ext', {esc.arg.strip()!r})"
+            work.edit((esc.line, esc.col), (esc.end_line, len(work.content(esc.end_line))),
+                      f"if colabkit.on_colab():\n{indent}{self.unit}{call}", found)
+            return
+        if esc.name in R.RAW_PATH_MAGICS:
+            self._cd(work, esc)
+        elif esc.name in R.WORD_MAGICS:
+            self._shell_paths(work, esc, f"%{esc.name}")
+        else:
+            self._report_paths(work, esc.line, esc.arg, f"%{esc.name}")
+
+    def _cd(self, work, esc):
+        if esc.end_line != esc.line:
+            return
+        arg = work.content(esc.line)[esc.content_col:]
+        stripped = arg.rstrip()
+        offset = 0
+        while True:
+            match = re.match(r"(-[qb]+\s+)", stripped[offset:])
+            if not match:
+                break
+            offset += match.end()
+        path = stripped[offset:]
+        quoted = len(path) >= 2 and path[0] == path[-1] and path[0] in "'\""
+        value = path[1:-1] if quoted else path
+        found = classify_colab_path(value)
+        if found is None or "{" in value or "$" in value:
+            return
+        if found.kind == "mountpoint":
+            if self.on("CK104"):
+                work.finding("CK104", esc.line, f"%cd {value} is a Drive path outside My Drive", False)
+            return
+        if not self.on("CK202"):
+            return
+        expr = self._path_expr(found, quoted=False)
+        start = (esc.line, esc.content_col + offset)
+        end = (esc.line, esc.content_col + offset + len(path))
+        text = "{" + expr + "}" + ("/" if found.trailing_slash else "")
+        item = work.finding("CK202", esc.line, f"%cd {value} -> %cd {text}", True, self._path_manual(found))
+        work.edit(start, end, text, item)
+
+    @staticmethod
+    def _path_expr(found, quoted) -> str:
+        func = "colabkit.drive" if found.kind == "drive" else "colabkit.workdir"
+        args = []
+        if found.rest:
+            args.append(repr(found.rest))
+        if quoted:
+            args.append("quoted=True")
+        return f"{func}({', '.join(args)})"
+
+    def _shell(self, work, esc):
+        command = esc.arg
+        line_text = work.content(esc.line)
+        head = _PIP_HEAD.match(line_text, esc.col)
+        if head and esc.kind == "system" and not esc.assign and self.on("CK203"):
+            if _SHELL_META & set(command) - {"\n"} or esc.end_line != esc.line and False:
+                work.finding("CK203", esc.line, "!pip with shell redirection or pipes kept as it is", False,
+                             "!pip installs into the first pip on PATH, not necessarily the kernel's Python: "
+                             "prefer %pip")
+            else:
+                found = work.finding("CK203", esc.line, f"{head.group(0)} -> %pip", True)
+                work.edit((esc.line, esc.col), (esc.line, head.end()), "%pip", found)
+        if _APT.match(command) and self.on("CK204"):
+            packages = [w for w in command.split() if not w.startswith("-") and w not in
+                        ("sudo", "apt", "apt-get", "install", "-y", "-qq")]
+            work.finding("CK204", esc.line, f"system package install: {command.strip()}", False,
+                         f"install {' '.join(packages) or 'these packages'} with your system package manager")
+        if "kaggle.json" in command and self.on("CK206"):
+            work.finding("CK206", esc.line, "Kaggle credentials are copied here", False)
+        if _NVIDIA_SMI.match(command) and esc.end_line == esc.line and self.on("CK205"):
+            end = (esc.line, len(line_text))
+            found = work.finding("CK205", esc.line, "nvidia-smi kept; explains itself where there is no GPU", True)
+            work.edit(end, end, R.NVIDIA_SMI_FALLBACK, found)
+            return
+        self._shell_paths(work, esc, "!")
+
+    def _shell_paths(self, work, esc, what):
+        """Colab paths among the words of a shell escape or word magic -> {colabkit.drive(..., quoted=True)}."""
+        command = esc.arg
+        if not any(p in command for p in ("content", "drive")):
+            return
+        if esc.end_line != esc.line or "$" in command:
+            self._report_paths(work, esc.line, command, what,
+                               "it spans several lines" if esc.end_line != esc.line else
+                               "it uses $ expansion, which IPython would also apply to a colabkit expression")
+            return
+        line_text = work.content(esc.line)
+        if line_text[esc.content_col:esc.content_col + len(command)] != command:
+            return
+        spans = path_spans(command, lambda p: classify_colab_path(p) is not None)
+        if spans is None:
+            self._report_paths(work, esc.line, command, what, "its quoting is unbalanced")
+            return
+        for span, word in spans:
+            found = classify_colab_path(span.path)
+            if found.kind == "mountpoint":
+                if self.on("CK104"):
+                    work.finding("CK104", esc.line, f"{span.path} is a Drive path outside My Drive", False)
+                continue
+            code = "CK102" if found.kind == "drive" and found.spelling == "current" else \
+                "CK103" if found.kind == "drive" else "CK201"
+            if not self.on(code):
+                continue
+            if any(c in found.rest for c in "{}!"):
+                work.finding(code, esc.line, f"{span.path} has characters IPython would expand", False,
+                             "replace the path by hand")
+                continue
+            text = "{" + self._path_expr(found, quoted=True) + "}" + ("/" if found.trailing_slash else "") + span.suffix
+            start = (esc.line, esc.content_col + span.start)
+            end = (esc.line, esc.content_col + span.end)
+            item = work.finding(code, esc.line, f"{span.path} -> {text}", True, self._path_manual(found))
+            work.edit(start, end, text, item)
+
+    def _report_paths(self, work, line, text, what, why="colabkit cannot rewrite paths there"):
+        for token in re.split(r"[\s\"'=]+", text):
+            found = classify_colab_path(token.rstrip(";,)"))
+            if found is None:
+                continue
+            code = "CK104" if found.kind == "mountpoint" else "CK201" if found.kind == "content" else \
+                "CK102" if found.spelling == "current" else "CK103"
+            if self.on(code):
+                work.finding(code, line, f"Colab path {token} in {what} left as it is: {why}", False,
+                             "replace the path by hand (colabkit.drive() / colabkit.workdir())")
+            return
+
+    # cell magics ----------------------------------------------------------------------------------------------
+    def _cell_magic(self, work):
+        magic = work.code.magic
+        if magic is None:
+            return
+        name, args = magic
+        first = work.content(0)
+        if name == "shell" and self.on("CK207"):
+            found = work.finding("CK207", 0, "%%shell -> %%bash", True)
+            work.edit((0, 2), (0, 2 + len("shell")), "bash", found)
+        shell_body = name in ("bash", "sh", "shell") or (name == "script" and args.split()[:1] in (["bash"], ["sh"]))
+        if shell_body and self.on("CK208"):
+            for number in range(1, len(work.lines)):
+                for token in re.split(r"[\s\"'=]+", work.content(number)):
+                    if classify_colab_path(token) is not None:
+                        work.finding("CK208", number, f"Colab path {token} in a %%{name} cell", False)
+                        break
+        if name == "writefile" and args:
+            from .cells import Escape
+            offset = first.index(args, 2 + len(name))
+            pseudo = Escape(kind="magic", line=0, col=0, end_line=0, name=name, arg=args, assign=False,
+                            content_col=offset, masked="")
+            self._shell_paths(work, pseudo, "%%writefile")
+
+    # forms ----------------------------------------------------------------------------------------------------
+    def _forms(self, work):
+        if not self.on("CK401") or "@" not in work.source:
+            return
+        masked = "".join(work.lines)
+        try:
+            comments = [(t.start[0] - 1, t.string) for t in tokenize.generate_tokens(io.StringIO(masked).readline)
+                        if t.type == tokenize.COMMENT]
+        except (tokenize.TokenError, SyntaxError, IndentationError):
+            comments = [(i, line) for i, line in enumerate(work.lines) if _FORM.search(line)]
+        kinds = Counter(m.group(1) for _, text in comments for m in [_FORM.search(text)] if m)
+        if kinds:
+            first = min(line for line, text in comments if _FORM.search(text))
+            summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+            work.finding("CK401", first, f"Colab form kept ({summary}); plain comments elsewhere", False, "-")
+
+    # pass 3: imports of google.colab -----------------------------------------------------------------------------
+    def _imports(self, works):
+        if not self.on("CK301"):
+            return
+        residual = set()
+        for work in works:
+            for ref in work.refs:
+                if ref.node not in work.handled or ref.guarded:
+                    residual.add(ref.binding)
+        for work in works:
+            if work.code.tree is None or work.code.problem is not None:
+                continue
+            dedupe = bool(work.imports_colabkit)
+            for node in ast.walk(work.code.tree):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)) or work.is_guarded(work.start(node)):
+                    continue
+                if node.lineno - 1 in work.escape_lines:
+                    continue
+                colab, other = [], []
+                for alias in node.names:
+                    qual = alias.name if isinstance(node, ast.Import) else f"{node.module}.{alias.name}"
+                    if isinstance(node, ast.ImportFrom) and node.level:
+                        qual = None
+                    (colab if _is_colab(qual) else other).append(alias)
+                if not colab:
+                    continue
+                if not work.owns_lines(node):
+                    work.finding("CK301", node.lineno - 1, "google.colab import shares its line; left as it is",
+                                 False, "move it to its own line and run colabkit migrate again")
+                    continue
+                keep = [a for a in colab if _binding(node, a) in residual]
+                (l0, c0), end = work.start(node), work.end(node)
+                indent = work.lines[l0][:c0]
+                parts = []
+                if other:
+                    parts.append(_import_text(node, other))
+                top = node in work.code.tree.body
+                provides = False
+                if not (dedupe and top and not keep):
+                    parts.append("import colabkit")
+                    provides = True
+                if keep:
+                    parts.append("if colabkit.on_colab():")
+                    parts.append(self.unit + _import_text(node, keep))
+                if parts:
+                    text = ("\n" + indent).join(parts)
+                elif work.only_in_block(node):
+                    text = "pass"
+                else:
+                    text = None
+                kept = ", ".join(a.name for a in keep)
+                message = ("google.colab import replaced by import colabkit" if not keep else
+                           f"google.colab import kept for Colab only ({kept}: no portable equivalent)")
+                found = work.finding("CK301", l0, message, True)
+                if text is None:  # another "import colabkit" is already in this cell: drop the whole line(s)
+                    work.edit((l0, 0), (end[0] + 1, 0) if end[0] + 1 < len(work.lines) else
+                              (end[0], len(work.lines[end[0]])), "", found)
+                else:
+                    work.edit((l0, c0), end, text, found, provides_import=provides, top_level=top)
+                if provides and top:
+                    dedupe = True
+
+    # pass 4: "import colabkit" before the first use ---------------------------------------------------------
+    def _ensure_import(self, works):
+        have = False
+        for work in works:
+            uses = [e.start[0] for e in work.edits if "colabkit." in e.text and not e.provides_import]
+            provides = [e.start[0] for e in work.edits if e.provides_import and e.top_level]
+            provides += work.imports_colabkit
+            if not have and uses:
+                first_use = min(uses)
+                if not provides or min(provides) > first_use:
+                    stmt, line = work.top_level_statement(first_use)
+                    line = first_use if line is None else line
+                    found = work.finding("CK301", line, "import colabkit added before its first use", True)
+                    work.edit((line, 0), (line, 0), "import colabkit\n", found, order=0)
+                    have = True
+            if provides:
+                have = True
+
+    # applying edits -----------------------------------------------------------------------------------------
+    def _apply(self, work) -> CellResult:
+        lines = work.lines
+        starts = [0]
+        for line in lines:
+            starts.append(starts[-1] + len(line))
+        source = work.source
+
+        def offset(pos):
+            line, col = pos
+            return starts[min(line, len(lines))] + col
+
+        edits = sorted(work.edits, key=lambda e: (offset(e.start), offset(e.end), e.order))
+        pieces, last, size = [], 0, 0
+        for e in edits:
+            s, t = offset(e.start), offset(e.end)
+            if s < last:  # overlapping edits: keep the first, report the other as not applied
+                if e.finding is not None:
+                    e.finding.applied = False
+                    e.finding.manual = e.finding.manual or "overlaps another change; check by hand"
+                continue
+            pieces.append(source[last:s])
+            size += s - last
+            pieces.append(e.text)
+            e.new_span = (size, size + len(e.text))
+            size += len(e.text)
+            last = t
+        pieces.append(source[last:])
+        new_source = "".join(pieces)
+        new_lines = new_source.split("\n")
+        new_starts = [0]
+        for line in new_lines:
+            new_starts.append(new_starts[-1] + len(line) + 1)
+        by_finding = {}
+        for e in edits:
+            if e.new_span is not None and e.finding is not None:
+                by_finding.setdefault(id(e.finding), []).append(e)
+        for found in work.findings:
+            mine = by_finding.get(id(found))
+            if not mine:
+                found.before = [work.content(found.line - 1)] if found.line - 1 < len(lines) else []
+                if found.applied:
+                    found.applied = False
+                found.after = None
+                continue
+            first_line = min(e.start[0] for e in mine)
+            last_line = max(e.end[0] for e in mine)
+            found.before = [work.content(i) for i in range(first_line, min(last_line, len(lines) - 1) + 1)]
+            lo = min(e.new_span[0] for e in mine)
+            hi = max(e.new_span[1] for e in mine)
+            a = bisect.bisect_right(new_starts, lo) - 1
+            b = bisect.bisect_right(new_starts, max(lo, hi - 1 if hi > lo else hi)) - 1
+            found.after = new_lines[a:b + 1]
+        work.findings.sort(key=lambda f: (f.line, f.code))
+        return CellResult(index=work.index, source=work.source, new_source=new_source, findings=work.findings)
+
+
+# helpers ---------------------------------------------------------------------------------------------------------
+
+def _indent_unit(works) -> str:
+    """The notebook's indentation step (Colab writes 2 spaces, most editors 4)."""
+    steps = Counter()
+    for work in works:
+        previous = None
+        for line in work.lines:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            width = len(line) - len(line.lstrip(" "))
+            if previous is not None and previous[1].endswith(":") and width > previous[0]:
+                steps[width - previous[0]] += 1
+            previous = (width, stripped.split("#")[0].rstrip())
+    if not steps:
+        return "    "
+    return " " * steps.most_common(1)[0][0]
+
+
+def _mentions_colab(expr) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name) and "colab" in node.id.lower():
+            return True
+        if isinstance(node, ast.Attribute) and "colab" in node.attr.lower():
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                "google.colab" in node.value or node.value.startswith("COLAB_")):
+            return True
+    return False
+
+
+def _imports_colab(node) -> bool:
+    if isinstance(node, ast.Import):
+        return any(_is_colab(a.name) for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return bool(node.module) and (_is_colab(node.module) or (
+            node.module == "google" and any(a.name == "colab" for a in node.names)))
+    return False
+
+
+def _binding(node, alias) -> str:
+    if alias.asname:
+        return alias.asname
+    if isinstance(node, ast.Import):
+        return alias.name.split(".")[0]
+    return alias.name
+
+
+def _import_text(node, aliases) -> str:
+    names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in aliases)
+    if isinstance(node, ast.Import):
+        return f"import {names}"
+    return f"from {'.' * node.level}{node.module or ''} import {names}"
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(parts[::-1])
+    return ""
+
+
+def _single_literal(segment: str) -> bool:
+    """The source segment is one string literal (not an implicit concatenation)."""
+    count, depth = 0, 0
+    fstart = getattr(tokenize, "FSTRING_START", None)
+    fend = getattr(tokenize, "FSTRING_END", None)
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(segment).readline):
+            if token.type == tokenize.STRING and depth == 0:
+                count += 1
+            elif fstart is not None and token.type == fstart:
+                count += depth == 0
+                depth += 1
+            elif fend is not None and token.type == fend:
+                depth -= 1
+            elif token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.COMMENT):
+                continue
+            elif depth == 0:
+                return False
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return False
+    return count == 1
+
+
+def _lines_inside_strings(work, stmt) -> set:
+    """0-based lines of ``stmt`` that begin inside a multi-line string (re-indenting them would change it)."""
+    inside = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.Constant, ast.JoinedStr)) and getattr(node, "end_lineno", None) and \
+                node.end_lineno > node.lineno:
+            inside.update(range(node.lineno, node.end_lineno))  # 0-based lines after the first
+    return inside
+
+
+def _node_at_line(work, line):
+    for node in ast.walk(work.code.tree):
+        if isinstance(node, ast.stmt) and node.lineno - 1 == line:
+            return node
+    return None

@@ -1,0 +1,214 @@
+"""The rule registry of ``colabkit migrate``: one declarative record per Colab-only construct.
+
+A rule says what it matches, what the fix is and whether migrate applies it (``automatic``) or only reports it.
+The tables below (Colab functions by qualified name, shell commands, magics) are what the rewriter looks things up
+in; adding a Colab function with a portable equivalent is one line in ``CALLS``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    code: str          # "CK101"
+    name: str          # "drive-mount": a stable slug, usable in --rules
+    title: str         # one line for --list-rules and the report
+    matches: str       # what is matched, in words
+    fix: str           # what migrate writes instead (or why it leaves it)
+    automatic: bool    # True: migrate rewrites it; False: reported only
+    manual: str = ""   # what the user still has to do by hand, if anything
+    extras: tuple = ()  # colabkit extras the rewritten code needs
+
+
+RULES = (
+    Rule("CK001", "syntax-error", "cell is not valid Python",
+         "a code cell that does not parse, even after IPython's magics and shell escapes are accounted for",
+         "the cell is left exactly as it is", False,
+         "fix the syntax error, then run colabkit migrate again for this cell"),
+    Rule("CK002", "not-analysed", "cell skipped",
+         "a code cell IPython would strip before running (prompts such as '>>>', indentation of the whole cell), "
+         "or a multi-line shell escape whose words cannot be located",
+         "the cell or line is left exactly as it is", False, "check this cell by hand"),
+    Rule("CK101", "drive-mount", "mount Google Drive portably",
+         "google.colab.drive.mount(...) however imported (drive.mount, google.colab.drive.mount, mount)",
+         "colabkit.mount_drive(...): on Colab the same mount; elsewhere Drive is the drive_root folder. A literal "
+         "Colab mount point argument is dropped (all Drive paths go through colabkit.drive())", True,
+         "point drive_root at your Drive on this machine (Google Drive for desktop, rclone) or copy the files used "
+         "into ~/colabkit-drive"),
+    Rule("CK102", "drive-path", "path in My Drive",
+         "'/content/drive/MyDrive/...' in Python strings (plain, raw, f-strings), in shell escapes and in %cd",
+         "colabkit.drive('...') in Python; {colabkit.drive('...', quoted=True)} in shell commands", True),
+    Rule("CK103", "drive-path-old", "old Drive mount point or folder name",
+         "'/content/drive/My Drive/...', '/content/gdrive/...', '/gdrive/...' and 'drive/MyDrive/...' relative "
+         "to /content",
+         "colabkit.drive('...'), as for CK102", True),
+    Rule("CK104", "drive-outside-mydrive", "Drive path outside My Drive",
+         "the bare mount point '/content/drive' or a folder beside My Drive (Shareddrives, .shortcut-targets-by-id)",
+         "reported only: there is no portable equivalent", False,
+         "use colabkit.drive('...') for files in My Drive, or give this path a local equivalent"),
+    Rule("CK105", "drive-flush", "flush and unmount Drive",
+         "google.colab.drive.flush_and_unmount(...)",
+         "colabkit.flush_and_unmount_drive(...): the same on Colab; elsewhere files are already on disk", True),
+    Rule("CK201", "content-path", "path under /content",
+         "'/content/...' (not Drive) in Python strings, shell escapes and magics: Colab's working area",
+         "colabkit.workdir('...'): /content on Colab, the notebook's folder (COLABKIT_WORKDIR) elsewhere", True),
+    Rule("CK202", "content-cwd", "hard-coded working directory",
+         "%cd /content... and os.chdir('/content...')",
+         "%cd {colabkit.workdir('...')} / os.chdir(colabkit.workdir('...')) (colabkit.drive for Drive folders)",
+         True),
+    Rule("CK203", "pip-install", "!pip becomes %pip",
+         "!pip, !pip3, !python -m pip and !{sys.executable} -m pip shell escapes",
+         "%pip ...: installs into the kernel's own environment, on Colab and at home. Lines with shell "
+         "redirections or pipes are reported instead", True),
+    Rule("CK204", "apt-get", "system package install",
+         "!apt-get / !apt / !sudo apt... install",
+         "reported only: needs root and a Debian-like system", False,
+         "install these system packages with your package manager"),
+    Rule("CK205", "nvidia-smi", "nvidia-smi kept, safe without a GPU",
+         "!nvidia-smi (alone or with options), also in x = !nvidia-smi",
+         "!nvidia-smi || echo \"...\": prints an explanation instead of a shell error where there is no NVIDIA "
+         "driver", True),
+    Rule("CK206", "kaggle-json", "Kaggle credentials",
+         "shell commands that copy kaggle.json into ~/.kaggle",
+         "kept as they are", False,
+         "put kaggle.json into ~/.kaggle/ on this machine (chmod 600) and into the uploads folder"),
+    Rule("CK207", "shell-cell", "%%shell becomes %%bash",
+         "the Colab-only cell magic %%shell",
+         "%%bash, which both Colab and IPython have", True, "bash must be installed (it is on Linux and macOS)"),
+    Rule("CK208", "shell-cell-path", "Colab path inside a shell cell",
+         "Colab paths in the body of %%bash / %%sh / %%shell / %%script cells",
+         "reported only: a shell cell cannot call colabkit", False,
+         "replace the path, e.g. with a Python cell using colabkit.drive() / colabkit.workdir()"),
+    Rule("CK301", "colab-import", "google.colab import",
+         "import google.colab / from google.colab[.x] import ...",
+         "import colabkit when every use has a portable equivalent; otherwise the import is kept under "
+         "'if colabkit.on_colab():'", True, extras=("notebook",)),
+    Rule("CK302", "files-upload", "upload files",
+         "google.colab.files.upload()",
+         "colabkit.upload(): the Colab dialog on Colab; elsewhere the files in the uploads folder", True,
+         "put the files to upload into an 'uploads' folder next to the notebook (or set COLABKIT_UPLOADS)"),
+    Rule("CK303", "files-download", "download a file",
+         "google.colab.files.download(path)",
+         "colabkit.download(path): the browser download on Colab; elsewhere prints where the file is", True),
+    Rule("CK304", "secrets", "notebook secret",
+         "google.colab.userdata.get('NAME')",
+         "colabkit.secret('NAME'): Colab's secret on Colab, the environment variable NAME elsewhere", True,
+         "set the environment variable(s) before starting Jupyter"),
+    Rule("CK305", "auth", "Google Cloud sign-in",
+         "google.colab.auth.authenticate_user(...)",
+         "colabkit.authenticate_user(...): the Colab sign-in on Colab; elsewhere Application Default Credentials",
+         True, "run once on this machine: gcloud auth application-default login"),
+    Rule("CK306", "cv2-imshow", "cv2_imshow",
+         "google.colab.patches.cv2_imshow(image)",
+         "colabkit.cv2_imshow(image): the same picture, shown with IPython.display elsewhere", True,
+         extras=("notebook",)),
+    Rule("CK307", "colab-output", "google.colab.output / eval_js",
+         "google.colab.output.eval_js, register_callback and other output functions (except those in CK308)",
+         "reported only: they need Colab's browser frontend", False,
+         "rewrite this by hand (e.g. ipywidgets or IPython.display), or put it under 'if colabkit.on_colab():'"),
+    Rule("CK308", "colab-only-call", "Colab-only call guarded",
+         "statements whose only effect is on Colab: output.enable_custom_widget_manager(), runtime.unassign(), "
+         "data_table.enable_dataframe_formatter(), files.view(), %load_ext google.colab.*",
+         "the statement runs under 'if colabkit.on_colab():'", True),
+    Rule("CK309", "colab-api", "other google.colab use",
+         "any other use of google.colab that has no portable equivalent",
+         "reported only", False, "rewrite this by hand, or put it under 'if colabkit.on_colab():'"),
+    Rule("CK310", "tensorflow-version", "%tensorflow_version",
+         "the Colab-only magic %tensorflow_version",
+         "commented out: it has no effect on today's Colab (TensorFlow 2 is the only version)", True),
+    Rule("CK401", "forms", "Colab form kept",
+         "#@title, #@param and #@markdown form comments",
+         "kept: Colab shows a form, elsewhere they are plain comments and the values are the defaults", False),
+    Rule("CK402", "form-path", "Colab path in a form field",
+         "a '#@param' field whose value is a Colab path",
+         "the field is kept editable; a line after it maps the value: x = colabkit.portable_path(x)", True),
+)
+
+BY_CODE = {rule.code: rule for rule in RULES}
+BY_NAME = {rule.name: rule for rule in RULES}
+
+# google.colab functions with a portable equivalent: qualified name -> (rule code, replacement for the callee).
+CALLS = {
+    "google.colab.drive.mount": ("CK101", "colabkit.mount_drive"),
+    "google.colab.drive.flush_and_unmount": ("CK105", "colabkit.flush_and_unmount_drive"),
+    "google.colab.files.upload": ("CK302", "colabkit.upload"),
+    "google.colab.files.download": ("CK303", "colabkit.download"),
+    "google.colab.userdata.get": ("CK304", "colabkit.secret"),
+    "google.colab.auth.authenticate_user": ("CK305", "colabkit.authenticate_user"),
+    "google.colab.patches.cv2_imshow": ("CK306", "colabkit.cv2_imshow"),
+}
+
+# Calls whose only effect is on Colab: a statement consisting of one of them is guarded (CK308).
+GUARD_CALLS = frozenset({
+    "google.colab.output.enable_custom_widget_manager",
+    "google.colab.output.disable_custom_widget_manager",
+    "google.colab.output.no_vertical_scroll",
+    "google.colab.output.clear",
+    "google.colab.output.serve_kernel_port_as_window",
+    "google.colab.output.serve_kernel_port_as_iframe",
+    "google.colab.runtime.unassign",
+    "google.colab.data_table.enable_dataframe_formatter",
+    "google.colab.data_table.disable_dataframe_formatter",
+    "google.colab.files.view",
+})
+
+# Prefixes of google.colab names reported under a specific rule; anything else in google.colab is CK309.
+REPORT_PREFIXES = (("google.colab.output", "CK307"),)
+
+# Mount point literals dropped from drive.mount(...): colabkit mounts where it resolves "drive:" paths.
+COLAB_MOUNTPOINTS = frozenset({"/content/drive", "/content/drive/", "/content/gdrive", "/content/gdrive/",
+                               "/gdrive", "/gdrive/"})
+
+# Cell magics whose body is Python (analysed like a cell) and those whose body is shell.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+SHELL_CELL_MAGICS = frozenset({"bash", "sh", "shell", "script"})
+# Line magics whose argument is one raw path (no shell quoting) and those whose arguments are shell-like words.
+RAW_PATH_MAGICS = frozenset({"cd"})
+WORD_MAGICS = frozenset({"run", "load", "pycat", "ls", "cp", "mv", "rm", "mkdir", "rmdir", "cat", "pip",
+                         "writefile"})
+
+NVIDIA_SMI_FALLBACK = ' || echo "colabkit: nvidia-smi failed or is missing (no NVIDIA GPU driver here)"'
+
+
+def select(rules=None, ignore=None) -> frozenset:
+    """The codes of the active rules. ``rules``/``ignore``: codes ("CK101"), names ("drive-mount") or code
+    prefixes ("CK1" = every CK1xx rule), as an iterable or a comma-separated string. Unknown entries raise
+    ValueError naming them and the known rules."""
+    def expand(spec, what):
+        if spec is None:
+            return None
+        items = spec.replace(",", " ").split() if isinstance(spec, str) else list(spec)
+        chosen = set()
+        for item in items:
+            key = str(item).strip()
+            if not key:
+                continue
+            upper = key.upper()
+            if upper in BY_CODE:
+                chosen.add(upper)
+            elif key.lower() in BY_NAME:
+                chosen.add(BY_NAME[key.lower()].code)
+            elif upper.startswith("CK") and any(code.startswith(upper) for code in BY_CODE):
+                chosen.update(code for code in BY_CODE if code.startswith(upper))
+            else:
+                raise ValueError(f"Unknown rule {key!r} in {what}; known rules: "
+                                 f"{', '.join(r.code + ' (' + r.name + ')' for r in RULES)}.")
+        return chosen
+
+    active = expand(rules, "--rules")
+    active = set(BY_CODE) if active is None else active
+    return frozenset(active - (expand(ignore, "--ignore") or set()))
+
+
+def rule_table() -> str:
+    """The rule list as text (``colabkit migrate --list-rules``)."""
+    lines = []
+    for rule in RULES:
+        mode = "auto" if rule.automatic else "report"
+        lines.append(f"{rule.code}  {rule.name:<22} {mode:<7} {rule.title}")
+        lines.append(f"       matches: {rule.matches}")
+        lines.append(f"       fix:     {rule.fix}")
+        if rule.manual:
+            lines.append(f"       by hand: {rule.manual}")
+    return "\n".join(lines)

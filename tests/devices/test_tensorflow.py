@@ -1,0 +1,49 @@
+"""strategy(), device() and the "TensorFlow already initialized" path with real TensorFlow (one subprocess)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROBE = Path(__file__).with_name("tf_probe.py")
+
+
+@pytest.fixture(scope="module")
+def tf_report(tmp_path_factory):
+    pytest.importorskip("tensorflow")
+    return None
+
+
+def test_tensorflow_paths(fake_gpus, tf_report):
+    fake_gpus("home_rig")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, timeout=300, env=env)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]
+    assert out.returncode == 0 and lines, out.stdout + out.stderr
+    r = json.loads(lines[0][len("REPORT "):])
+
+    # imported but untouched: the choice goes through the environment only, TensorFlow still untouched after it
+    assert r["state_at_import"] == [False, False] and r["state_after_choice"] == [False, False]
+    assert r["chosen"] == [1] and r["env_after_choice"] == "1"
+
+    # TensorFlow sees no GPU here: default strategy on the CPU, device() places on the CPU, one line each
+    assert r["strategy"] == "_DefaultDistributionStrategy" and r["default_strategy"] and r["replicas"] == 1
+    assert r["device0"][0] == "/device:CPU:0" and r["device0"][1].endswith("CPU:0")
+    assert r["device1"] == "/device:CPU:0"
+    assert "device(-1)" in r["device_negative"]
+    assert "no GPU visible to TensorFlow: using the default strategy on the CPU." in " ".join(r["log"])
+    assert sum("colabkit.device() places on the CPU" in line for line in r["log"]) == 1
+    assert r["state_after_strategy"] == [True, True]
+
+    # after TensorFlow initialized its devices, a different choice is refused with what happened and what to do
+    message = r["late_choice"]
+    assert message.startswith("use_gpus('0') chose GPU 0 (NVIDIA GeForce GTX 1080), but TensorFlow has already "
+                              "initialized its GPUs in this process (it sees 0: none)")
+    assert "Restart the kernel" in message and "before any TensorFlow or Keras code touches a device" in message
+    assert r["env_after_late_choice"] == "1"     # the failed choice left the environment as it was
+    assert len(r["late_choice_lenient"]) == 1 and "strict=False" in r["late_choice_lenient"][0]
+    assert r["env_after_lenient"] == "0"
