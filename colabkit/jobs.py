@@ -76,6 +76,7 @@ class JobState:
     history: list = dataclasses.field(default_factory=list)
     process: subprocess.Popen | None = dataclasses.field(default=None, repr=False)
     pids: set = dataclasses.field(default_factory=set, repr=False)
+    signalled: bool = dataclasses.field(default=False, repr=False)
 
     def as_dict(self) -> dict:
         return {"name": self.job.name, "path": str(self.job.path), "kind": self.job.kind, "status": self.status,
@@ -382,6 +383,7 @@ class _Runner:
         proc = state.process
         if proc is None:
             return
+        state.signalled = True
         state.pids |= _descendants(proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)  # its process group (start_new_session)
@@ -495,12 +497,15 @@ class _Runner:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
         how = _describe_exit(returncode)
-        if returncode == 0:
+        if state.signalled:  # stopped by the queue, even if it then exited cleanly (after saving)
+            state.status = "stopped"
+            self.say(f"[{self._stamp()}] stopped {state.job.name} ({how})")
+        elif returncode == 0:
             state.status = "ok"
             self.say(f"[{self._stamp()}] done    {state.job.name} in {seconds:.1f}s")
         elif self.stop_signal is not None:
-            state.status = "stopped"
-            self.say(f"[{self._stamp()}] stopped {state.job.name} ({how})")
+            state.status = "failed"
+            self.say(f"[{self._stamp()}] failed  {state.job.name} ({how}) while the queue was stopping")
         elif state.attempts <= self.retries:
             state.status = "waiting"
             self.waiting.insert(0, state)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.standins.pytest_drive"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STANDINS = Path(__file__).resolve().parent / "standins"
 

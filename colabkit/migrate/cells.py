@@ -71,6 +71,7 @@ class CellCode:
     python: bool = True         # the (body of the) cell is Python and was analysed
     escapes: list = dataclasses.field(default_factory=list)
     tree: ast.Module = None
+    masked: list = None         # the lines with magics and escapes replaced by IPython's Python calls
     problem: tuple = None       # (rule code, line (1-based), message) when the cell is left alone
 
 
@@ -112,6 +113,7 @@ def read_cell(source: str, python_cell_magics) -> CellCode:
         return cell
     try:
         cell.escapes, masked = _find_escapes(work, it2)
+        cell.masked = masked
     except Exception as exc:  # noqa: BLE001 - IPython itself could not read it
         cell.problem = ("CK002", 1, f"IPython's input transformer failed on it ({exc})")
         return cell

@@ -138,7 +138,7 @@ def render_source(text: str, span: tuple, new_source: str) -> str:
     start, end = span
     original = text[start:end]
     # Raw UTF-8 in the original value: keep raw. All ASCII: any non-ASCII character of the new text came from
-    # this value, where it was written as a \\uXXXX escape, so escape again.
+    # this value, where it was written as a \uXXXX escape, so escape again.
     ensure_ascii = original.isascii()
 
     def dump(s):

@@ -85,7 +85,9 @@ class _CellWork:
         self.lines = code.lines
         self.edits, self.findings = [], []
         self.parents, self.guarded = {}, []
-        self.refs, self.handled = [], set()
+        self.refs = []
+        self.handled = set()    # nodes a rule has dealt with (not reported again)
+        self.consumed = set()   # google.colab references rewritten to colabkit (no longer need the import)
         self.escape_lines = set()
         self.imports_colabkit = []     # line numbers (0-based) of unguarded top-level "import colabkit"
         if code.tree is not None:
@@ -149,11 +151,10 @@ class _CellWork:
         return None, None
 
     # findings ---------------------------------------------------------------------------------------------
-    def finding(self, code, line, message, applied, manual="") -> Finding:
+    def finding(self, code, line, message, applied, manual=None) -> Finding:
+        """Record a finding; ``manual`` None means the rule's own "by hand" text."""
         found = Finding(code=code, cell=self.index, line=line + 1, message=message, applied=applied,
-                        manual=manual or (R.BY_CODE[code].manual if applied or code in ("CK001", "CK002") else ""))
-        if not applied and not manual:
-            found.manual = R.BY_CODE[code].manual
+                        manual=R.BY_CODE[code].manual if manual is None else manual)
         self.findings.append(found)
         return found
 
@@ -275,9 +276,10 @@ class Rewriter:
             if not self.on(code):
                 return
             work.handled.add(call.func)
+            work.consumed.add(call.func)
             func_text = work.text(work.start(call.func), work.end(call.func))
             message = f"{func_text}(...) -> {replacement}(...)"
-            manual = ""
+            manual = None
             if code == "CK304":
                 key = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else None
                 manual = (f"set the environment variable {key} on this machine" if isinstance(key, str)
@@ -337,8 +339,7 @@ class Rewriter:
                     work.refs.append(_Ref(node, qual, binding, guarded))
                     if node not in work.handled and not guarded and work.start(node)[0] not in work.escape_lines:
                         code = next((c for p, c in R.REPORT_PREFIXES if qual.startswith(p)), "CK309")
-                        consumed = any(isinstance(p, ast.Call) and p.func is node for p in [work.parents.get(node)])
-                        if self.on(code) and not (consumed and False):
+                        if self.on(code):
                             work.finding(code, node.lineno - 1, f"{qual} has no portable equivalent", False)
                     return
             for child in ast.iter_child_nodes(node):
@@ -525,7 +526,7 @@ class Rewriter:
         line_text = work.content(esc.line)
         head = _PIP_HEAD.match(line_text, esc.col)
         if head and esc.kind == "system" and not esc.assign and self.on("CK203"):
-            if _SHELL_META & set(command) - {"\n"} or esc.end_line != esc.line and False:
+            if _SHELL_META & (set(command) - {"\n"}):
                 work.finding("CK203", esc.line, "!pip with shell redirection or pipes kept as it is", False,
                              "!pip installs into the first pip on PATH, not necessarily the kernel's Python: "
                              "prefer %pip")
@@ -623,7 +624,7 @@ class Rewriter:
     def _forms(self, work):
         if not self.on("CK401") or "@" not in work.source:
             return
-        masked = "".join(work.lines)
+        masked = "".join(work.code.masked or work.lines)
         try:
             comments = [(t.start[0] - 1, t.string) for t in tokenize.generate_tokens(io.StringIO(masked).readline)
                         if t.type == tokenize.COMMENT]
@@ -633,7 +634,7 @@ class Rewriter:
         if kinds:
             first = min(line for line, text in comments if _FORM.search(text))
             summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-            work.finding("CK401", first, f"Colab form kept ({summary}); plain comments elsewhere", False, "-")
+            work.finding("CK401", first, f"Colab form kept ({summary}); plain comments elsewhere", False)
 
     # pass 3: imports of google.colab -----------------------------------------------------------------------------
     def _imports(self, works):
@@ -642,7 +643,7 @@ class Rewriter:
         residual = set()
         for work in works:
             for ref in work.refs:
-                if ref.node not in work.handled or ref.guarded:
+                if ref.node not in work.consumed or ref.guarded:
                     residual.add(ref.binding)
         for work in works:
             if work.code.tree is None or work.code.problem is not None:
@@ -704,14 +705,18 @@ class Rewriter:
             uses = [e.start[0] for e in work.edits if "colabkit." in e.text and not e.provides_import]
             provides = [e.start[0] for e in work.edits if e.provides_import and e.top_level]
             provides += work.imports_colabkit
-            if not have and uses:
-                first_use = min(uses)
-                if not provides or min(provides) > first_use:
-                    stmt, line = work.top_level_statement(first_use)
-                    line = first_use if line is None else line
-                    found = work.finding("CK301", line, "import colabkit added before its first use", True)
-                    work.edit((line, 0), (line, 0), "import colabkit\n", found, order=0)
-                    have = True
+            if not have and uses and (not provides or min(provides) > min(uses)):
+                if work.code.tree is None:  # a cell magic cell (%%writefile): no room for an import
+                    for e in [e for e in work.edits if "colabkit." in e.text]:
+                        work.edits.remove(e)
+                        e.finding.applied = False
+                        e.finding.manual = "add 'import colabkit' to an earlier cell, then run colabkit migrate again"
+                    continue
+                stmt, line = work.top_level_statement(min(uses))
+                line = min(uses) if line is None else line
+                found = work.finding("CK301", line, "import colabkit added before its first use", True)
+                work.edit((line, 0), (line, 0), "import colabkit\n", found, order=0)
+                have = True
             if provides:
                 have = True
 
@@ -761,13 +766,14 @@ class Rewriter:
                 found.after = None
                 continue
             first_line = min(e.start[0] for e in mine)
-            last_line = max(e.end[0] for e in mine)
+            last_line = max(e.end[0] - 1 if e.end[1] == 0 and e.end[0] > e.start[0] else e.end[0] for e in mine)
             found.before = [work.content(i) for i in range(first_line, min(last_line, len(lines) - 1) + 1)]
             lo = min(e.new_span[0] for e in mine)
             hi = max(e.new_span[1] for e in mine)
             a = bisect.bisect_right(new_starts, lo) - 1
             b = bisect.bisect_right(new_starts, max(lo, hi - 1 if hi > lo else hi)) - 1
-            found.after = new_lines[a:b + 1]
+            found.after = [] if hi == lo and all(not e.text for e in mine) and \
+                all(e.start[1] == 0 and e.end[1] == 0 for e in mine) else new_lines[a:b + 1]
         work.findings.sort(key=lambda f: (f.line, f.code))
         return CellResult(index=work.index, source=work.source, new_source=new_source, findings=work.findings)
 

@@ -1,0 +1,132 @@
+"""What ``colabkit migrate`` tells the user: per notebook, each finding, what is left to do by hand, a diff."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+from . import rules as R
+
+STATUS_MIGRATED = "migrated"          # written to ``output``
+STATUS_WOULD = "would migrate"        # --check / --diff: changes needed, nothing written
+STATUS_UNCHANGED = "unchanged"        # nothing to change, nothing written
+STATUS_ERROR = "error"                # could not be processed; ``error`` says why
+
+
+@dataclasses.dataclass
+class CellChange:
+    cell: int        # 0-based index
+    before: str
+    after: str
+
+
+@dataclasses.dataclass
+class NotebookReport:
+    """The outcome for one notebook."""
+    path: str
+    status: str
+    output: str = None           # where the migrated notebook is (or would be) written
+    backup: str = None           # --in-place: where the original was copied first
+    error: str = None
+    findings: list = dataclasses.field(default_factory=list)
+    changes: list = dataclasses.field(default_factory=list)   # CellChange per changed cell
+
+    @property
+    def changed(self) -> bool:
+        """The notebook needs (or got) changes."""
+        return bool(self.changes)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == STATUS_ERROR
+
+    @property
+    def manual_steps(self) -> list:
+        """What the user still has to do by hand, each step once, in notebook order."""
+        steps = []
+        for found in self.findings:
+            if found.manual and found.manual not in steps:
+                steps.append(found.manual)
+        return steps
+
+    @property
+    def install(self) -> str:
+        """The pip command the migrated notebook needs."""
+        extras = sorted({extra for found in self.findings if found.applied for extra in R.BY_CODE[found.code].extras})
+        return f'pip install "colabkit[{",".join(extras)}]"' if extras else "pip install colabkit"
+
+    def counts(self) -> tuple:
+        applied = sum(1 for f in self.findings if f.applied)
+        return applied, len(self.manual_steps)
+
+    def as_dict(self) -> dict:
+        return {
+            "path": self.path, "status": self.status, "output": self.output, "backup": self.backup,
+            "error": self.error, "changed": self.changed,
+            "findings": [{"code": f.code, "rule": R.BY_CODE[f.code].name, "cell": f.cell + 1, "line": f.line,
+                          "message": f.message, "applied": f.applied, "manual": f.manual or None,
+                          "before": f.before, "after": f.after} for f in self.findings],
+            "manual_steps": self.manual_steps,
+            "install": self.install if self.changed else None,
+        }
+
+    def diff(self) -> str:
+        """A unified diff of the changed cell sources."""
+        out = []
+        target = self.output or self.path
+        for change in self.changes:
+            lines = difflib.unified_diff(
+                _diff_lines(change.before), _diff_lines(change.after),
+                fromfile=f"{self.path} (cell {change.cell + 1})", tofile=f"{target} (cell {change.cell + 1})")
+            out.extend(line if line.endswith("\n") else line + "\n" for line in lines)
+        return "".join(out)
+
+    def text(self, quiet: bool = False) -> str:
+        if self.failed:
+            return f"{self.path}: error: {self.error}"
+        applied, by_hand = self.counts()
+        if self.status == STATUS_UNCHANGED:
+            head = f"{self.path}: nothing to change"
+            if self.output and not self.changed:
+                head += " (nothing written)"
+        elif self.status == STATUS_WOULD:
+            head = f"{self.path}: would migrate to {self.output}: {applied} change{'s' * (applied != 1)}"
+        else:
+            head = f"{self.path} -> {self.output}: {applied} change{'s' * (applied != 1)}"
+            if self.backup:
+                head += f" (original kept as {self.backup})"
+        if by_hand:
+            head += f", {by_hand} to do by hand"
+        if quiet:
+            return head
+        lines = [head]
+        for found in self.findings:
+            mark = "" if found.applied else ("  [by hand]" if found.manual else "  [note]")
+            lines.append(f"  cell {found.cell + 1} line {found.line}  {found.code} {found.message}{mark}")
+            if found.applied and found.after is not None:
+                lines.extend(f"      - {line}" for line in found.before)
+                lines.extend(f"      + {line}" for line in found.after)
+            elif found.manual and found.before:
+                lines.extend(f"      | {line}" for line in found.before)
+        steps = self.manual_steps
+        if steps:
+            lines.append("  by hand:")
+            lines.extend(f"    - {step}" for step in steps)
+        if self.changed:
+            lines.append(f"  to run it: {self.install} (the migrated notebook imports colabkit itself)")
+        return "\n".join(lines)
+
+
+def _diff_lines(text: str) -> list:
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n\\ No newline at end of cell\n"
+    return lines
+
+
+def summary(reports) -> str:
+    total = len(reports)
+    failed = sum(r.failed for r in reports)
+    changed = sum(r.changed and not r.failed for r in reports)
+    verb = "migrated" if any(r.status == STATUS_MIGRATED for r in reports) else "to migrate"
+    return (f"{total} notebook{'s' * (total != 1)}: {changed} {verb}, {total - changed - failed} already portable, "
+            f"{failed} failed")
