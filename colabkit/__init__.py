@@ -22,7 +22,7 @@ _LAZY = {
     "Checkpoints": ("colabkit.checkpoints", "Checkpoints"),
     "Restored": ("colabkit.checkpoints", "Restored"),
     "CheckpointError": ("colabkit.checkpoints", "CheckpointError"),
-    "demo": ("colabkit.demo", "run_demo"),
+    "run_demo": ("colabkit.demo", "run_demo"),
     "config": ("colabkit.config", None),
     "gpus": ("colabkit.devices", "gpus"),
     "use_gpus": ("colabkit.devices", "use_gpus"),
@@ -32,6 +32,19 @@ _LAZY = {
     "keepalive": ("colabkit.keepalive", None),   # a callable module: colabkit.keepalive("60s")
     "presence": ("colabkit.presence", None),     # a callable module: colabkit.presence()
     "widgets": ("colabkit.widgets", None),
+    # portable stand-ins for Colab-only calls (what `colabkit migrate` rewrites notebooks to use)
+    "on_colab": ("colabkit.portable", "on_colab"),
+    "drive": ("colabkit.portable", "drive"),
+    "workdir": ("colabkit.portable", "workdir"),
+    "portable_path": ("colabkit.portable", "portable_path"),
+    "mount_drive": ("colabkit.portable", "mount_drive"),
+    "flush_and_unmount_drive": ("colabkit.portable", "flush_and_unmount_drive"),
+    "upload": ("colabkit.portable", "upload"),
+    "download": ("colabkit.portable", "download"),
+    "secret": ("colabkit.portable", "secret"),
+    "authenticate_user": ("colabkit.portable", "authenticate_user"),
+    "cv2_imshow": ("colabkit.portable", "cv2_imshow"),
+    "migrate": ("colabkit.migrate", None),
 }
 
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(p)
     p.set_defaults(func=_cmd_run)
 
+    from .migrate.cli import add_parser as add_migrate_parser  # `colabkit migrate`, see colabkit/migrate/cli.py
+    add_migrate_parser(sub)
+
     return parser
 
 

@@ -35,9 +35,9 @@ import shutil
 import subprocess
 import sys
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
-from .units import SIZE_FORMS, format_size, parse_size
+from .units import format_size, parse_size
 
 log = logging.getLogger("colabkit")
 
@@ -841,11 +841,12 @@ def _apply_to_tensorflow(tf, choice: Inventory, inventory: Inventory, before: di
                     with contextlib.suppress(RuntimeError, ValueError):
                         tf.config.experimental.set_memory_growth(d, True)
                 return
-    seen = ", ".join(d.name for d in (tf.config.get_visible_devices("GPU") if physical else ())) or "none"
+    visible = tf.config.get_visible_devices("GPU") if physical else []
+    seen = f"{len(visible)}: {', '.join(d.name for d in visible) or 'none'}"
     raise DevicesAlreadyInitialized(
         f"{what} chose {_names(choice)}, but TensorFlow has already "
         f"{'initialized' if initialized or initialized is None else 'listed'} its GPUs in this process "
-        f"(it sees {len(physical)}: {seen}), so the choice cannot take effect here. Restart the kernel (on Colab: "
+        f"(it sees {seen}), so the choice cannot take effect here. Restart the kernel (on Colab: "
         f"Runtime > Restart session) and call colabkit.use_gpus(...) before any TensorFlow or Keras code touches a "
         f"device (strategy(), list_physical_devices, building a model). If TensorFlow sees no GPU even then, it is a "
         f"CPU-only build or cannot load CUDA (pip install \"tensorflow[and-cuda]\").")

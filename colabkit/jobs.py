@@ -313,8 +313,8 @@ class _Runner:
     # output -----------------------------------------------------------------------------------------
     def _bar(self, progress):
         in_notebook = "ipykernel" in sys.modules
-        if progress is False:
-            return None
+        if progress is False or (progress is None and not in_notebook and not _isatty(sys.stderr)):
+            return None  # a bar nobody sees: not even worth importing tqdm
         try:
             from tqdm.auto import tqdm
             return tqdm(total=len(self.states), desc="colabkit run", unit="job", leave=False,
@@ -384,6 +384,10 @@ class _Runner:
         if proc is None:
             return
         state.signalled = True
+        if not hasattr(os, "killpg"):  # Windows: no process groups or SIGKILL; terminate() is TerminateProcess
+            with contextlib.suppress(OSError):
+                proc.terminate()
+            return
         state.pids |= _descendants(proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)  # its process group (start_new_session)
@@ -477,7 +481,7 @@ class _Runner:
         self.killed = True
         running = self._running()
         for state in running:
-            self._signal_job(state, signal.SIGKILL)
+            self._signal_job(state, getattr(signal, "SIGKILL", signal.SIGTERM))
         if running:
             self.say(f"[{self._stamp()}] {why}: sent SIGKILL to {', '.join(s.job.name for s in running)}")
 
@@ -495,7 +499,7 @@ class _Runner:
             # a stopped job's leftovers (e.g. a Jupyter kernel) must not outlive the queue
             for pid in state.pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
         how = _describe_exit(returncode)
         if state.signalled:  # stopped by the queue, even if it then exited cleanly (after saving)
             state.status = "stopped"
@@ -518,6 +522,13 @@ class _Runner:
         if self.bar is not None and state.status in ("ok", "failed", "stopped"):
             self.bar.update(1)
         self._refresh()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _describe_exit(returncode: int) -> str:

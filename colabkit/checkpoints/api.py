@@ -98,7 +98,7 @@ class Checkpoints:
 
     # -- saving ---------------------------------------------------------------------------------------
     def save(self, step: int, state: dict, *, epoch=None, batch=None, info: dict | None = None,
-             wait: bool | float = False, _copy_arrays: bool = True) -> bool:
+             wait: bool | float = False, _copy_arrays: bool = True, _release=None) -> bool:
         """Checkpoint ``state`` as ``step``. Returns once the state is snapshotted; the rest is background.
 
         wait: True blocks until the checkpoint is on the destination; a number waits at most that many
@@ -116,7 +116,7 @@ class Checkpoints:
         self._seq += 1
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
                                   info=info or {}, write=lambda d, s=snap: _state.write_data(s, d),
-                                  handed_over_at=time.time()))
+                                  handed_over_at=time.time(), release=_release))
         if wait is False:
             return True
         return self.wait(None if wait is True else float(wait))
@@ -162,9 +162,10 @@ class Checkpoints:
         for info in sorted(self._candidates().values(), key=CheckpointInfo.order_key, reverse=True):
             from_local = info.path.parent == self.local.path
             try:
-                if not from_local:
-                    info = self.local.copy_in(info)  # one read of the destination; verified locally
-                self.local.verify(info, full=True)
+                if from_local:
+                    self.local.verify(info, full=True)
+                else:  # one read of the destination, checked against the manifest on the way
+                    info = self.local.copy_in(info, check_hashes=True, durable=False)
                 state = _state.read(info.path, into=into)
             except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
                 if isinstance(exc, _state.StateError):

@@ -125,25 +125,33 @@ class CheckpointFolder:
         fsync_dir(ckpt_dir)
         return CheckpointInfo(ckpt_dir, manifest)
 
-    def copy_in(self, source: CheckpointInfo, *, verify_sizes: bool = True) -> CheckpointInfo:
+    def copy_in(self, source: CheckpointInfo, *, check_hashes: bool = False, durable: bool = True) -> CheckpointInfo:
         """Copy a committed checkpoint into this folder under the same name: data files first, manifest last.
 
+        Sizes are always checked; with ``check_hashes`` every file's sha256 is checked while it is copied
+        (one read of a slow source), and a mismatch raises CorruptCheckpoint with nothing committed.
+        ``durable=False`` skips fsync: for copies that are re-verified before every use (restore copies).
         An earlier, interrupted copy under that name is replaced (it was never committed).
         """
         target = self.path / source.name
         remove_tree(target)
         self.path.mkdir(parents=True, exist_ok=True)
         target.mkdir()
-        for rel in source.manifest["files"]:
+        for rel, meta in source.manifest["files"].items():
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            copy_file(source.path / rel, target / rel)
-        fsync_dir(target)
+            digest, size = copy_file(source.path / rel, target / rel, durable=durable)
+            problem = (f"{source.path / rel} has {size} bytes, the manifest says {meta['size']}"
+                       if size != meta["size"] else
+                       f"{source.path / rel} does not match its sha256 in the manifest"
+                       if check_hashes and digest != meta["sha256"] else None)
+            if problem:
+                remove_tree(target)
+                raise CorruptCheckpoint(problem)
+        if durable:
+            fsync_dir(target)
         write_bytes(target / _manifest.MANIFEST_NAME, _manifest.dumps(source.manifest))
         fsync_dir(target)
-        copied = CheckpointInfo(target, self.read_manifest(target))
-        if verify_sizes:
-            self.verify(copied, full=False)
-        return copied
+        return CheckpointInfo(target, self.read_manifest(target))
 
     def prune(self, keep: int, *, keep_every: float | None = None, protect: tuple = ()) -> list[str]:
         """Delete committed checkpoints beyond the newest ``keep`` (plus one per ``keep_every`` seconds),

@@ -5,6 +5,7 @@ completeness is decided by the manifest alone (see manifest.py).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -33,16 +34,21 @@ def write_bytes(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def copy_file(src: Path, dst: Path) -> int:
-    """Copy in chunks and fsync; returns bytes written. Raises OSError (ENOSPC, ENOTCONN, ...) as is."""
-    written = 0
+def copy_file(src: Path, dst: Path, *, durable: bool = True) -> tuple[str, int]:
+    """Copy in chunks, hashing on the way; fsync when ``durable``. Returns (sha256 hex, size).
+
+    Raises OSError (ENOSPC, ENOTCONN, ...) as is.
+    """
+    digest, written = hashlib.sha256(), 0
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         while chunk := fin.read(_CHUNK):
+            digest.update(chunk)
             fout.write(chunk)
             written += len(chunk)
         fout.flush()
-        os.fsync(fout.fileno())
-    return written
+        if durable:
+            os.fsync(fout.fileno())
+    return digest.hexdigest(), written
 
 
 def remove_tree(path: Path) -> None:

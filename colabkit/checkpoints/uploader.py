@@ -32,6 +32,12 @@ class Job:
     info: dict
     write: Callable[[Path], None]
     handed_over_at: float
+    release: Callable[[], None] | None = None   # called once the snapshot's memory is no longer needed
+
+    def done_with_snapshot(self) -> None:
+        if self.release is not None:
+            self.release()
+            self.release = None
 
 
 @dataclasses.dataclass
@@ -80,6 +86,7 @@ class Uploader:
                 raise RuntimeError("This Checkpoints object is closed; create a new one to save again.")
             if self._pending is not None:
                 remove_tree(self._pending.local_dir)
+                self._pending.done_with_snapshot()
                 self.status.saves_dropped += 1
             self._pending = job
             self._wake = True
@@ -144,7 +151,10 @@ class Uploader:
         self.status.state = "writing"
         started = time.monotonic()
         try:
-            job.write(job.local_dir)
+            try:
+                job.write(job.local_dir)
+            finally:
+                job.done_with_snapshot()
             info = self.local.commit(job.local_dir, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
             remove_tree(job.local_dir)

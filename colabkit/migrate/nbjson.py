@@ -159,6 +159,9 @@ def render_source(text: str, span: tuple, new_source: str) -> str:
         opening = original[1:items[0][0]]
         separator = "," + opening
         closing = original[items[0][1]:-1]
+    elif "\n" not in text.strip():  # a file on one line (json.dumps without indent)
+        opening = closing = ""
+        separator = ", " if '": ' in text else ","
     else:
         line_start = text.rfind("\n", 0, start) + 1
         key_indent = re.match(r"[ \t]*", text[line_start:start]).group(0)

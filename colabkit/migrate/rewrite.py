@@ -299,6 +299,9 @@ class Rewriter:
                              f"shares its line", False, "put it under 'if colabkit.on_colab():' by hand")
 
     def _drop_mountpoint(self, work, call, found):
+        for argument in list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "mountpoint"]:
+            if isinstance(argument, ast.Constant):
+                work.handled.add(argument)  # the mount point is the call's business, not a path to rewrite
         target = None
         if len(call.args) == 1 and not isinstance(call.args[0], ast.Starred):
             target = call.args[0]
@@ -306,10 +309,7 @@ class Rewriter:
             target = next((k for k in call.keywords if k.arg == "mountpoint"), None)
         value = target.value if isinstance(target, ast.keyword) else target
         if not (isinstance(value, ast.Constant) and value.value in R.COLAB_MOUNTPOINTS):
-            if isinstance(value, ast.Constant):
-                work.handled.add(value)
             return
-        work.handled.add(value)
         items = sorted(list(call.args) + list(call.keywords), key=lambda n: (n.lineno, n.col_offset))
         position = items.index(target)
         if position + 1 < len(items):
@@ -374,7 +374,8 @@ class Rewriter:
                          f"replace it by hand with {func}(...)")
             return
         manual = self._path_manual(found)
-        found_ = work.finding(code, line, f"{value!r} -> {replacement}", True, manual)
+        segment = work.text(work.start(node), work.end(node))
+        found_ = work.finding(code, line, f"{segment} -> {replacement}", True, manual)
         work.edit(work.start(node), work.end(node), replacement, found_)
 
     def _literal_replacement(self, work, node, value, found, func, parent):
@@ -534,8 +535,8 @@ class Rewriter:
                 found = work.finding("CK203", esc.line, f"{head.group(0)} -> %pip", True)
                 work.edit((esc.line, esc.col), (esc.line, head.end()), "%pip", found)
         if _APT.match(command) and self.on("CK204"):
-            packages = [w for w in command.split() if not w.startswith("-") and w not in
-                        ("sudo", "apt", "apt-get", "install", "-y", "-qq")]
+            words = re.split(r"[|&;<>]", command)[0].split()
+            packages = [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
             work.finding("CK204", esc.line, f"system package install: {command.strip()}", False,
                          f"install {' '.join(packages) or 'these packages'} with your system package manager")
         if "kaggle.json" in command and self.on("CK206"):
@@ -640,9 +641,21 @@ class Rewriter:
     def _imports(self, works):
         if not self.on("CK301"):
             return
+        # A name is still needed if some use of it was not rewritten to colabkit. A use inside code the notebook
+        # already runs only on Colab is covered when the notebook also imports that name under such a guard
+        # (the "try: from google.colab import drive / except ImportError" idiom).
+        guarded_imports = set()
+        for work in works:
+            if work.code.tree is None or work.code.problem is not None:
+                continue
+            for node in ast.walk(work.code.tree):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and work.is_guarded(work.start(node)):
+                    guarded_imports.update(_binding(node, a) for a in node.names)
         residual = set()
         for work in works:
             for ref in work.refs:
+                if ref.guarded and ref.binding in guarded_imports:
+                    continue
                 if ref.node not in work.consumed or ref.guarded:
                     residual.add(ref.binding)
         for work in works:
@@ -767,7 +780,9 @@ class Rewriter:
                 continue
             first_line = min(e.start[0] for e in mine)
             last_line = max(e.end[0] - 1 if e.end[1] == 0 and e.end[0] > e.start[0] else e.end[0] for e in mine)
-            found.before = [work.content(i) for i in range(first_line, min(last_line, len(lines) - 1) + 1)]
+            whole_line_inserts = all(e.start == e.end and e.start[1] == 0 and e.text.endswith("\n") for e in mine)
+            found.before = [] if whole_line_inserts else \
+                [work.content(i) for i in range(first_line, min(last_line, len(lines) - 1) + 1)]
             lo = min(e.new_span[0] for e in mine)
             hi = max(e.new_span[1] for e in mine)
             a = bisect.bisect_right(new_starts, lo) - 1

@@ -83,7 +83,7 @@ RULES = (
     Rule("CK301", "colab-import", "google.colab import",
          "import google.colab / from google.colab[.x] import ...",
          "import colabkit when every use has a portable equivalent; otherwise the import is kept under "
-         "'if colabkit.on_colab():'", True, extras=("notebook",)),
+         "'if colabkit.on_colab():'", True),
     Rule("CK302", "files-upload", "upload files",
          "google.colab.files.upload()",
          "colabkit.upload(): the Colab dialog on Colab; elsewhere the files in the uploads folder", True,

@@ -113,7 +113,7 @@ def test_keep_every_keeps_one_per_interval(tmp_path, ck_env):
 def test_saves_faster_than_uploads_are_coalesced(tmp_path, ck_env):
     with make(tmp_path, keep=50) as ckpt:
         for step in range(40):
-            ckpt.save(step, {"w": np.full(200_000, float(step))})
+            ckpt.save(step, {"w": np.full(1_000_000, float(step))})  # 8 MB: writing outlasts a snapshot
         assert ckpt.wait(30)
         dropped = ckpt.status.saves_dropped
     steps = [c.step for c in CheckpointFolder(tmp_path / "dest").committed()]

@@ -89,3 +89,96 @@ def torch_standin(monkeypatch):
     module.cuda = cuda
     monkeypatch.setitem(sys.modules, "torch", module)
     return module
+
+
+class _TFStandin:
+    """The slice of TensorFlow's device API colabkit.devices touches, with TensorFlow's rules: physical devices
+    are enumerated once, on the first list_physical_devices, from the CUDA_* variables in force then (CUDA's
+    default order, FASTEST_FIRST, is modelled as most memory first); logical devices (the context) are created
+    on the first list_logical_devices; after that set_visible_devices / set_memory_growth raise RuntimeError."""
+
+    def __init__(self, scenario: dict):
+        self.scenario_gpus = scenario["gpus"]
+        self.physical = None
+        self.visible = None
+        self.initialized = False
+        self.growth = {}
+        self.context_module = types.SimpleNamespace(context=lambda: types.SimpleNamespace(
+            _physical_devices=None if self.physical is None else list(self.physical),
+            _context_handle=object() if self.initialized else None))
+        config = types.SimpleNamespace(
+            list_physical_devices=self.list_physical_devices, get_visible_devices=self.get_visible_devices,
+            set_visible_devices=self.set_visible_devices, list_logical_devices=self.list_logical_devices,
+            experimental=types.SimpleNamespace(set_memory_growth=self.set_memory_growth))
+        self.module = types.ModuleType("tensorflow")
+        self.module.config = config
+
+    def _enumerate(self):
+        gpus = list(enumerate(self.scenario_gpus))
+        if os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+            gpus.sort(key=lambda ig: (-ig[1]["memory_total"], ig[1]["pci_bus_id"]))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            picked = []
+            for token in visible.split(","):
+                token = token.strip()
+                match = [ig for n, ig in enumerate(gpus) if token == str(n) or ig[1]["uuid"] == token]
+                if not match:
+                    break
+                picked.append(match[0])
+            gpus = picked
+        self.physical = [types.SimpleNamespace(name=f"/physical_device:GPU:{n}", device_type="GPU", nvidia_index=i)
+                         for n, (i, _) in enumerate(gpus)]
+        self.visible = list(self.physical)
+
+    def list_physical_devices(self, kind=None):
+        if self.physical is None:
+            self._enumerate()
+        return list(self.physical)
+
+    def get_visible_devices(self, kind=None):
+        self.list_physical_devices()
+        return list(self.visible)
+
+    def set_visible_devices(self, devices, kind=None):
+        self.list_physical_devices()
+        if [d.name for d in devices] == [d.name for d in self.visible]:
+            return
+        if self.initialized:
+            raise RuntimeError("Visible devices cannot be modified after being initialized")
+        self.visible = list(devices)
+
+    def set_memory_growth(self, device, enable):
+        if self.initialized:
+            raise RuntimeError("Physical devices cannot be modified after being initialized")
+        self.growth[device.name] = enable
+
+    def list_logical_devices(self, kind=None):
+        self.list_physical_devices()
+        self.initialized = True
+        return [types.SimpleNamespace(name=f"/device:GPU:{n}", device_type="GPU") for n in range(len(self.visible))]
+
+
+@pytest.fixture
+def tf_standin(fake_gpus):
+    """Returns ``make(scenario_data)``: installs a TensorFlow stand-in (see _TFStandin) as `tensorflow` and
+    `tensorflow.python.eager.context` in sys.modules, for the paths a CPU-only TensorFlow cannot take."""
+    names = ("tensorflow", "tensorflow.python", "tensorflow.python.eager", "tensorflow.python.eager.context")
+    saved = {n: sys.modules.get(n) for n in names}
+
+    def make(data: dict) -> _TFStandin:
+        tf = _TFStandin(data)
+        python, eager = types.ModuleType("tensorflow.python"), types.ModuleType("tensorflow.python.eager")
+        context = types.ModuleType("tensorflow.python.eager.context")
+        context.context = tf.context_module.context
+        tf.module.python, python.eager, eager.context = python, eager, context
+        for name, module in zip(names, (tf.module, python, eager, context)):
+            sys.modules[name] = module
+        return tf
+
+    yield make
+    for name, module in saved.items():
+        if module is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = module

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+import colabkit
+from colabkit.devices import DevicesAlreadyInitialized
+
 PROBE = Path(__file__).with_name("tf_probe.py")
 
 
@@ -44,3 +47,35 @@ def test_tensorflow_paths(fake_gpus):
     assert r["env_after_late_choice"] == "1"     # the failed choice left the environment as it was
     assert len(r["late_choice_lenient"]) == 1 and "strict=False" in r["late_choice_lenient"][0]
     assert r["env_after_lenient"] == "0"
+
+
+# TensorFlow has listed its GPUs but not created them: only a TensorFlow that sees GPUs can take this path, so it
+# runs against the stand-in in conftest.py (tests/gpu/check.sh takes it with real TensorFlow on a GPU machine).
+
+def test_listed_not_initialized_uses_set_visible_devices(fake_gpus, tf_standin, monkeypatch):
+    tf = tf_standin(fake_gpus("home_rig"))
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")   # as when TensorFlow listed its GPUs
+    assert len(tf.module.config.list_physical_devices("GPU")) == 2
+    chosen = colabkit.use_gpus(1)
+    assert [g.index for g in chosen] == [1]
+    assert [d.nvidia_index for d in tf.visible] == [1] and tf.growth == {"/physical_device:GPU:1": True}
+    assert len(tf.module.config.list_logical_devices("GPU")) == 1
+    with pytest.raises(DevicesAlreadyInitialized, match=r"already initialized its GPUs in this process \(it sees 1"):
+        colabkit.use_gpus("0")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    colabkit.use_gpus("1")   # the choice already in force: nothing to change
+
+
+def test_listed_in_cuda_default_order_is_mapped_only_when_known(fake_gpus, tf_standin):
+    data = fake_gpus("home_rig")   # a GTX 1080 and a GTX 1080 Ti: CUDA's default order differs from nvidia-smi's
+    tf = tf_standin(data)
+    assert [d.nvidia_index for d in tf.module.config.list_physical_devices("GPU")] == [1, 0]
+    with pytest.raises(DevicesAlreadyInitialized, match=r"already listed its GPUs in this process \(it sees 2"):
+        colabkit.use_gpus("0")
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ and tf.visible == tf.physical
+
+    same = [dict(g, name="NVIDIA GeForce RTX 3090", memory_total=24576) for g in data["gpus"]]
+    tf = tf_standin(fake_gpus("home_rig", gpus=same))    # identical cards: CUDA's order is the PCI order
+    tf.module.config.list_physical_devices("GPU")
+    colabkit.use_gpus("0")
+    assert [d.nvidia_index for d in tf.visible] == [0]

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# GPU checks for colabkit.devices and `colabkit run` on a machine with a real NVIDIA GPU and driver.
+# Skips cleanly (exit 0, one line) where there is none. Run from anywhere: tests/gpu/check.sh
+# Exercises: inventory (NVML and nvidia-smi agree), selection and its environment variables, TensorFlow seeing
+# exactly the chosen GPU (when TensorFlow is installed), and a 2-job `colabkit run` on the GPU(s).
+set -u -o pipefail
+
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "tests/gpu/check.sh: SKIPPED: nvidia-smi is not on PATH (no NVIDIA driver here)"
+    exit 0
+fi
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "tests/gpu/check.sh: SKIPPED: nvidia-smi cannot reach a GPU: $(nvidia-smi 2>&1 | head -n 1)"
+    exit 0
+fi
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export TF_CPP_MIN_LOG_LEVEL=2
+unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+FAILED=0
+step() { echo; echo "== $*"; }
+fail() { echo "FAIL: $*"; FAILED=1; }
+
+step "nvidia-smi"
+nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,pci.bus_id,mig.mode.current \
+    --format=csv,noheader,nounits
+
+step "inventory: colabkit gpus (NVML if nvidia-ml-py is installed), and NVML vs nvidia-smi"
+"$PYTHON" -m colabkit gpus || fail "colabkit gpus"
+"$PYTHON" - <<'EOF' || fail "inventory"
+import time
+from colabkit import devices
+t = time.perf_counter(); smi = devices.gpus(source="nvidia-smi"); t_smi = time.perf_counter() - t
+assert smi.source == "nvidia-smi" and len(smi) > 0, smi.note
+t = time.perf_counter(); nvml = devices.gpus(source="nvml"); t_nvml = time.perf_counter() - t
+print(f"nvidia-smi: {len(smi)} record(s) in {t_smi * 1000:.1f} ms; NVML: {nvml.source}, {len(nvml)} in {t_nvml * 1000:.1f} ms")
+if nvml.source == "nvml":
+    assert [(g.label, g.uuid, g.name, g.memory_total, g.pci_bus_id) for g in nvml] == \
+           [(g.label, g.uuid, g.name, g.memory_total, g.pci_bus_id) for g in smi], (nvml, smi)
+    t = time.perf_counter(); devices.gpus(source="nvml"); print(f"NVML again (initialized): {(time.perf_counter() - t) * 1000:.2f} ms")
+else:
+    print("nvidia-ml-py missing or unusable here:", nvml.note)
+for g in smi:
+    assert g.memory_total and g.memory_total > 0 and g.uuid.startswith(("GPU-", "MIG-")), g
+print("OK inventory")
+EOF
+
+step "selection: use_gpus sets CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES; bad requests name what exists"
+"$PYTHON" - <<'EOF' || fail "selection"
+import os
+import colabkit
+from colabkit import devices
+inv = devices.gpus()
+usable = [g for g in inv if g.usable]
+best = colabkit.use_gpus(1)
+assert len(best) == 1 and os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID", best
+assert os.environ["CUDA_VISIBLE_DEVICES"] == best[0].cuda_id, os.environ["CUDA_VISIBLE_DEVICES"]
+by_uuid = colabkit.use_gpus(usable[-1].uuid)
+assert os.environ["CUDA_VISIBLE_DEVICES"] == usable[-1].cuda_id
+try:
+    colabkit.use_gpus(len(usable) + 1)
+    raise AssertionError("an impossible request was accepted")
+except devices.GPUSelectionError as exc:
+    assert f"there {'is' if len(usable) == 1 else 'are'} {len(usable)}" in str(exc), exc
+    print("error as expected:", str(exc).splitlines()[0])
+print("OK selection:", best[0].describe())
+EOF
+
+if "$PYTHON" -c "import tensorflow" >/dev/null 2>&1; then
+    step "TensorFlow: use_gpus before TensorFlow starts; set_visible_devices while still possible"
+    "$PYTHON" - <<'EOF' || fail "tensorflow: choice before start"
+import colabkit
+chosen = colabkit.use_gpus(1)
+import tensorflow as tf
+seen = tf.config.list_logical_devices("GPU")
+assert len(seen) == 1, seen
+strategy = colabkit.strategy()
+with strategy.scope():
+    v = tf.Variable(1.0)
+with colabkit.device(0) as name:
+    x = tf.reduce_sum(tf.ones((256, 256)))
+assert "GPU" in x.device, x.device
+print("OK TensorFlow sees exactly the chosen GPU:", seen[0].name, type(strategy).__name__, x.device)
+EOF
+    "$PYTHON" - <<'EOF' || fail "tensorflow: choice after listing"
+import colabkit
+import tensorflow as tf
+physical = tf.config.list_physical_devices("GPU")      # TensorFlow has listed its GPUs, not created them
+chosen = colabkit.use_gpus(1)
+logical = tf.config.list_logical_devices("GPU")
+assert len(logical) == 1, (physical, logical)
+print(f"OK after listing {len(physical)} GPU(s), set_visible_devices left {len(logical)}")
+from colabkit import devices
+others = [g for g in devices.gpus() if g.usable and g.uuid != chosen[0].uuid]
+if others:
+    try:
+        colabkit.use_gpus(others[0].uuid)
+        raise AssertionError("a late choice was accepted")
+    except devices.DevicesAlreadyInitialized as exc:
+        print("OK late choice refused:", str(exc)[:120], "...")
+EOF
+else
+    echo "(TensorFlow not installed: TensorFlow checks skipped)"
+fi
+
+step "colabkit run: 2 jobs on the GPU(s), --per-gpu 2"
+cat >"$WORK/job.py" <<'EOF'
+import os, time
+print("job", os.environ["COLABKIT_JOB"], "CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"),
+      "CUDA_DEVICE_ORDER", os.environ.get("CUDA_DEVICE_ORDER"))
+try:
+    import tensorflow as tf
+    gpus = tf.config.list_logical_devices("GPU")
+    x = tf.reduce_sum(tf.ones((512, 512)))
+    print("tensorflow sees", len(gpus), "GPU(s); op ran on", x.device)
+    assert len(gpus) == 1 and "GPU" in x.device
+except ImportError:
+    print("tensorflow not installed")
+time.sleep(1)
+EOF
+cp "$WORK/job.py" "$WORK/job_b.py"
+( cd "$WORK" && "$PYTHON" -m colabkit run --per-gpu 2 --run-dir run job.py job_b.py ) || fail "colabkit run"
+"$PYTHON" - "$WORK/run/summary.json" <<'EOF' || fail "colabkit run summary"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [j["status"] for j in s["jobs"]] == ["ok", "ok"], s
+assert all(j["device"].startswith(("GPU", "MIG")) for j in s["jobs"]), s
+print("OK run:", [(j["name"], j["device"]) for j in s["jobs"]])
+EOF
+cat "$WORK"/run/*.log
+
+echo
+if [ "$FAILED" = 0 ]; then echo "tests/gpu/check.sh: PASSED"; else echo "tests/gpu/check.sh: FAILED"; fi
+exit "$FAILED"
