@@ -38,7 +38,8 @@ def spans(command):
     ("run --out=/content/o --in '/content/i'", [("/content/o", "/content/o", ""), ("'/content/i'", "/content/i", "")]),
     ('run "--out=/content/o"', []),
     ("ls /contents /tmp/content drive", []),
-    ("ls /content/*", []),
+    ("ls /content/*", [("/content", "/content", "")]),
+    ("ls /con*", []),
     ("echo {x}/content/y", []),
 ])
 def test_path_spans(command, expected):
