@@ -235,7 +235,10 @@ class AutoResume(keras.callbacks.Callback):
             return  # a batch skipped to reach the resume position; it was trained before the interruption
         self._step += new
         self._batches_since_save += new
-        position = (self._epoch, batch + 1)
+        steps = (self.params or {}).get("steps")
+        # after an epoch's last batch the position is the next epoch's start: a resume then has no batch
+        # left to skip in an epoch that would otherwise end without a single trained step
+        position = (self._epoch + 1, 0) if steps and batch + 1 >= steps else (self._epoch, batch + 1)
         if self._interrupt:
             self._final_save(position, f"{self._interrupt} received")
             return
@@ -263,6 +266,7 @@ class AutoResume(keras.callbacks.Callback):
             self._save((epoch + 1, 0), reason="epoch")
 
     def on_train_end(self, logs=None):
+        self.model._initial_epoch = None  # fit() read it already; a later fit() without us starts as asked
         try:
             if self._original_train_function is not None:
                 self.model.train_function = self._original_train_function

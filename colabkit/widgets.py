@@ -150,10 +150,12 @@ def _checkpoint_text(store, now: float) -> str:
     text = f"step {newest.step}" + (f" (epoch {newest.epoch})" if newest.epoch is not None else "")
     text += f" · {format_duration(now - newest.created)} ago · "
     uploaded = status.last_uploaded is not None and status.last_uploaded.name == newest.name
+    where = getattr(store, "location", None)
+    where = where if isinstance(where, str) else store.destination   # "drive:runs/x" as the user wrote it
     if getattr(store, "dest", True) is None:
-        text += f"in {store.destination}"
+        text += f"in {where}"
     elif uploaded:
-        text += f"uploaded to {store.destination}"
+        text += f"uploaded to {where}"
     else:
         text += f"on local disk, upload {status.state}"
     if status.last_error and status.state != "idle":
@@ -230,6 +232,7 @@ class StatusPanel:
         self.updates = 0
         self.header = widgets.HTML()
         self.bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="240px"))
+        self.bar.add_class("colabkit-cap-bar")
         self.bar_text = widgets.HTML()
         self.bar_row = widgets.HBox([widgets.HTML("<span style='color:#666'>VM lifetime&nbsp;</span>"),
                                      self.bar, self.bar_text])

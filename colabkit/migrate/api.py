@@ -7,10 +7,9 @@ import tempfile
 from pathlib import Path
 
 from . import nbjson
-from .report import (STATUS_ERROR, STATUS_MIGRATED, STATUS_UNCHANGED, STATUS_WOULD, CellChange, NotebookReport,
-                     summary)
-from .rewrite import Finding, Rewriter
-from .rules import RULES, Rule, rule_table, select
+from .report import STATUS_ERROR, STATUS_MIGRATED, STATUS_UNCHANGED, STATUS_WOULD, CellChange, NotebookReport
+from .rewrite import Rewriter
+from .rules import select
 
 LOCAL_SUFFIX = ".local"
 

@@ -164,12 +164,12 @@ def _find_escapes(lines: list, it2):
         start = chosen.start_line
         joined = len(lines) - len(new_lines)
         new_lines[start + 1:start + 1] = ["\n"] * joined
-        escapes.append(_escape(chosen, lines, start, start + joined, new_lines[start], it2))
+        escapes.append(_escape(chosen, lines, start, start + joined, new_lines[start]))
         lines = new_lines
     raise RuntimeError("input transformation did not settle")
 
 
-def _escape(transformer, lines, start, end, masked_line, it2) -> Escape:
+def _escape(transformer, lines, start, end, masked_line) -> Escape:
     col = transformer.start_col
     text = lines[start][col:]
     kind_by_class = {"SystemAssign": "getoutput", "MagicAssign": "magic", "HelpEnd": "help"}

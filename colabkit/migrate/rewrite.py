@@ -84,18 +84,26 @@ class _CellWork:
         self.index, self.source, self.code = index, source, code
         self.lines = code.lines
         self.edits, self.findings = [], []
-        self.parents, self.guarded = {}, []
+        self.guarded = []
+        self._parents = None
         self.refs = []
         self.handled = set()    # nodes a rule has dealt with (not reported again)
         self.consumed = set()   # google.colab references rewritten to colabkit (no longer need the import)
         self.escape_lines = set()
         self.imports_colabkit = []     # line numbers (0-based) of unguarded top-level "import colabkit"
-        if code.tree is not None:
-            for parent in ast.walk(code.tree):
-                for child in ast.iter_child_nodes(parent):
-                    self.parents[child] = parent
-            for esc in code.escapes:
-                self.escape_lines.update(range(esc.line, esc.end_line + 1))
+        self.inert = False             # nothing in the cell any rule could match: only its syntax was checked
+        for esc in code.escapes:
+            self.escape_lines.update(range(esc.line, esc.end_line + 1))
+
+    @property
+    def parents(self) -> dict:
+        if self._parents is None:
+            self._parents = {}
+            if self.code.tree is not None:
+                for parent in ast.walk(self.code.tree):
+                    for child in ast.iter_child_nodes(parent):
+                        self._parents[child] = parent
+        return self._parents
 
     # positions --------------------------------------------------------------------------------------------
     def col(self, lineno, byte_col) -> int:
@@ -116,7 +124,9 @@ class _CellWork:
         return self.lines[l0][c0:] + "".join(self.lines[l0 + 1:l1]) + self.lines[l1][:c1]
 
     def content(self, line) -> str:
-        return self.lines[line].rstrip("\n")
+        """The line without its line break ("\\n" or "\\r\\n")."""
+        text = self.lines[line]
+        return text[:-2] if text.endswith("\r\n") else text.rstrip("\n")
 
     def is_guarded(self, pos) -> bool:
         return any(s <= pos < e for s, e in self.guarded)
@@ -187,8 +197,11 @@ class Rewriter:
         self.unit = _indent_unit(works)
         self.bindings = {}
         for work in works:
-            if work.code.tree is not None and work.code.problem is None:
+            if work.code.tree is not None and work.code.problem is None and "colab" in work.source:
                 self._collect_bindings(work)
+        # A cell that mentions none of these has nothing any rule matches (most cells of a notebook).
+        names = "".join(f"|\\b{re.escape(name)}\\b" for name in sorted(self.bindings))
+        trigger = re.compile(r"colab|content|drive|@(?:title|param|markdown)" + names)
         for work in works:
             if work.code.problem is not None:
                 code, line, message = work.code.problem
@@ -196,6 +209,9 @@ class Rewriter:
                 continue
             self._cell_magic(work)
             if work.code.tree is None:
+                continue
+            if not work.code.escapes and not trigger.search(work.source):
+                work.inert = True
                 continue
             self._guards(work)
             self._python(work)
@@ -235,7 +251,7 @@ class Rewriter:
     def _guards(self, work):
         for node in ast.walk(work.code.tree):
             guarded = False
-            if isinstance(node, (ast.If, ast.IfExp, ast.While)):
+            if isinstance(node, (ast.If, ast.IfExp)):
                 guarded = _mentions_colab(node.test)
             elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
                 guarded = any(_imports_colab(s) for s in ast.walk(ast.Module(body=node.body, type_ignores=[])))
@@ -268,7 +284,7 @@ class Rewriter:
                     self._literal(work, node, node.values[0].value, parent)
 
     def _call(self, work, call):
-        qual, binding = self._qualname(call.func)
+        qual, _ = self._qualname(call.func)
         if qual is None or work.is_guarded(work.start(call)):
             return
         if qual in R.CALLS:
@@ -350,9 +366,8 @@ class Rewriter:
         found = classify_colab_path(value)
         if found is None or work.is_guarded(work.start(node)):
             return
-        if isinstance(node, ast.JoinedStr):
-            if len(value) <= len(found.prefix) or value[len(found.prefix)] != "/":
-                return  # f"/content{x}": the static part does not end at a folder boundary
+        if isinstance(node, ast.JoinedStr) and not (found.rest or found.trailing_slash):
+            return  # f"/content{x}": the static part does not end at a folder boundary
         line = node.lineno - 1
         chdir = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and \
             _dotted(parent.func) in ("os.chdir", "chdir")
@@ -373,7 +388,7 @@ class Rewriter:
             work.finding(code, line, f"{value!r} is a Colab path, but its string is too unusual to rewrite", False,
                          f"replace it by hand with {func}(...)")
             return
-        manual = self._path_manual(found)
+        manual = self._path_manual(found, static=isinstance(node, ast.Constant))
         segment = work.text(work.start(node), work.end(node))
         found_ = work.finding(code, line, f"{segment} -> {replacement}", True, manual)
         work.edit(work.start(node), work.end(node), replacement, found_)
@@ -404,13 +419,14 @@ class Rewriter:
             isinstance(parent, ast.BinOp) and not isinstance(parent.op, ast.Add))
         return f"({text})" if wrap else text
 
-    def _path_manual(self, found) -> str:
+    def _path_manual(self, found, static=True) -> str:
+        """The by-hand step for a path: sample_data, or (with --drive-root) a Drive file missing there."""
         if found.kind == "content":
             if found.rest.split("/")[0] == "sample_data":
                 return ("Colab's sample_data folder exists only on Colab: copy the files used into sample_data/ "
                         "in the working folder")
             return ""
-        if self.drive_root is not None and found.rest:
+        if self.drive_root is not None and found.rest and static:
             from pathlib import Path
             if not (Path(self.drive_root) / found.rest).exists():
                 return f"{found.rest} is not in {self.drive_root} (fine if the notebook creates it)"
@@ -565,7 +581,7 @@ class Rewriter:
         if spans is None:
             self._report_paths(work, esc.line, command, what, "its quoting is unbalanced")
             return
-        for span, word in spans:
+        for span, _ in spans:
             found = classify_colab_path(span.path)
             if found.kind == "mountpoint":
                 if self.on("CK104"):
@@ -646,7 +662,7 @@ class Rewriter:
         # (the "try: from google.colab import drive / except ImportError" idiom).
         guarded_imports = set()
         for work in works:
-            if work.code.tree is None or work.code.problem is not None:
+            if work.code.tree is None or work.code.problem is not None or work.inert:
                 continue
             for node in ast.walk(work.code.tree):
                 if isinstance(node, (ast.Import, ast.ImportFrom)) and work.is_guarded(work.start(node)):
@@ -659,7 +675,7 @@ class Rewriter:
                 if ref.node not in work.consumed or ref.guarded:
                     residual.add(ref.binding)
         for work in works:
-            if work.code.tree is None or work.code.problem is not None:
+            if work.code.tree is None or work.code.problem is not None or work.inert or "colab" not in work.source:
                 continue
             dedupe = bool(work.imports_colabkit)
             for node in ast.walk(work.code.tree):
@@ -725,7 +741,7 @@ class Rewriter:
                         e.finding.applied = False
                         e.finding.manual = "add 'import colabkit' to an earlier cell, then run colabkit migrate again"
                     continue
-                stmt, line = work.top_level_statement(min(uses))
+                _, line = work.top_level_statement(min(uses))
                 line = min(uses) if line is None else line
                 found = work.finding("CK301", line, "import colabkit added before its first use", True)
                 work.edit((line, 0), (line, 0), "import colabkit\n", found, order=0)
@@ -746,6 +762,9 @@ class Rewriter:
             return starts[min(line, len(lines))] + col
 
         edits = sorted(work.edits, key=lambda e: (offset(e.start), offset(e.end), e.order))
+        if lines and lines[0].endswith("\r\n"):  # the cell uses Windows line breaks: so do the new lines
+            for e in edits:
+                e.text = e.text.replace("\n", "\r\n")
         pieces, last, size = [], 0, 0
         for e in edits:
             s, t = offset(e.start), offset(e.end)
@@ -762,10 +781,11 @@ class Rewriter:
             last = t
         pieces.append(source[last:])
         new_source = "".join(pieces)
-        new_lines = new_source.split("\n")
+        raw_lines = new_source.split("\n")
         new_starts = [0]
-        for line in new_lines:
+        for line in raw_lines:
             new_starts.append(new_starts[-1] + len(line) + 1)
+        new_lines = [line.rstrip("\r") for line in raw_lines]
         by_finding = {}
         for e in edits:
             if e.new_span is not None and e.finding is not None:

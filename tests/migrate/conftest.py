@@ -2,11 +2,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-
-GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
 def _colab_notebook(*sources, cell_type="code") -> str:
@@ -38,9 +35,3 @@ def migrate_sources():
 def colab_notebook():
     """colab_notebook(*cell_sources) -> the JSON text of a minimal notebook in Colab's layout."""
     return _colab_notebook
-
-
-@pytest.fixture
-def golden():
-    """The folder of golden notebooks."""
-    return GOLDEN

@@ -273,3 +273,15 @@ def test_console_script_end_to_end(nbs):
     assert done.returncode == 1, done.stderr
     assert "would migrate to" in done.stdout and "nothing to change" in done.stdout
     assert "2 notebooks: 1 to migrate, 1 already portable, 0 failed" in done.stdout
+
+
+def test_migrate_imports_neither_ipython_nor_nbformat(tmp_path):
+    """`colabkit migrate --check` stays fast: IPython's input transformer is loaded on its own (IPython itself
+    costs ~0.3 s to import) and notebooks are read as JSON, without nbformat."""
+    shutil.copy(GOLDEN / "colab_magics_gpu.ipynb", tmp_path / "nb.ipynb")
+    code = ("import sys\nfrom colabkit.cli import main\n"
+            f"rc = main(['migrate', '--check', '-q', {str(tmp_path / 'nb.ipynb')!r}])\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('IPython', 'nbformat', 'jsonschema'))\n"
+            "print(rc, heavy)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "1 []", done.stdout + done.stderr

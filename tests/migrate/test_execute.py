@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -52,7 +55,7 @@ def _pngs(notebook) -> list:
 
 def _first_pixel(png: bytes) -> tuple:
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height, depth, color = struct.unpack(">IIBB", png[16:26])
+    width, height, _, color = struct.unpack(">IIBB", png[16:26])
     pos, idat = 8, b""
     while pos < len(png):
         length = struct.unpack(">I", png[pos:pos + 4])[0]
@@ -69,6 +72,9 @@ def common_env(monkeypatch, tmp_path, isolated_env):
     """What every run needs: no network for pip, a clean IPython dir, a Hugging Face token; returns paths."""
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    # a machine without an NVIDIA driver, even where the test runs on one
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "nvidia-smi").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
     ipython_dir = tmp_path / "ipython"
     monkeypatch.setenv("IPYTHONDIR", str(ipython_dir))
     return {"home": isolated_env, "ipython": ipython_dir}
@@ -218,3 +224,30 @@ def test_original_colab_notebook_fails_locally(name, local_rig):
                             resources={"metadata": {"path": str(local_rig["work"])}})
     with pytest.raises(CellExecutionError):
         client.execute()
+
+
+STANDIN_GPU = Path(__file__).resolve().parent.parent / "standins" / "gpu"
+
+
+@pytest.mark.parametrize("scenario, shows, fallback", [
+    ("colab_t4.json", "GPU 0: Tesla T4", False),           # a GPU: nvidia-smi's own output, no extra line
+    (None, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", True),  # no driver
+    ("missing", "", True),                                  # no nvidia-smi at all
+])
+def test_migrated_nvidia_smi_line_in_a_real_shell(scenario, shows, fallback, monkeypatch):
+    """`!nvidia-smi -L || echo ...` as IPython hands it to /bin/sh: unchanged output with a GPU, an explanation
+    without one."""
+    from colabkit.migrate.rules import NVIDIA_SMI_FALLBACK
+    env = {k: v for k, v in os.environ.items() if k != "COLABKIT_TEST_GPUS"}
+    env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep)
+                                  if d and not (Path(d) / "nvidia-smi").exists())
+    if scenario != "missing":
+        env["PATH"] = str(STANDIN_GPU / "bin") + os.pathsep + env["PATH"]
+        env["COLABKIT_TEST_PYTHON"] = sys.executable
+    if scenario not in (None, "missing"):
+        env["COLABKIT_TEST_GPUS"] = str(STANDIN_GPU / "scenarios" / scenario)
+    done = subprocess.run(["/bin/sh", "-c", "nvidia-smi -L" + NVIDIA_SMI_FALLBACK], capture_output=True, text=True,
+                          env=env, timeout=30)
+    assert done.returncode == 0
+    assert shows in done.stdout + done.stderr
+    assert ("colabkit: nvidia-smi failed or is missing" in done.stdout) == fallback

@@ -21,7 +21,7 @@ def fresh_state(monkeypatch):
 
 def _decode_png(data: bytes):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height, depth, color = struct.unpack(">IIBB", data[16:26])
+    width, height, _, color = struct.unpack(">IIBB", data[16:26])
     pos, idat = 8, b""
     while pos < len(data):
         length, tag = struct.unpack(">I", data[pos:pos + 4])[0], data[pos + 4:pos + 8]

@@ -311,3 +311,15 @@ def test_rule_registry_is_complete_and_listed():
                         "colab-output", "forms", "tensorflow-version"]
     assert set(issue_constructs) <= {r.name for r in RULES}
     assert not next(r for r in RULES if r.name == "colab-output").automatic
+
+
+def test_windows_line_breaks_inside_cells_are_kept(migrate_sources):
+    source = "from google.colab import output\r\noutput.enable_custom_widget_manager()\r\n!nvidia-smi\r\nx = '/content/x'\r\n"
+    (new,), findings = migrate_sources(source)
+    assert new == ("import colabkit\r\nif colabkit.on_colab():\r\n    from google.colab import output\r\n"
+                   "if colabkit.on_colab():\r\n    output.enable_custom_widget_manager()\r\n"
+                   '!nvidia-smi || echo "colabkit: nvidia-smi failed or is missing (no NVIDIA GPU driver here)"\r\n'
+                   "x = colabkit.workdir('x')\r\n")
+    assert next(f for f in findings if f.code == "CK201").after == ["x = colabkit.workdir('x')"]
+    (again,), _ = migrate_sources(new)
+    assert again == new
