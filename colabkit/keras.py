@@ -21,6 +21,9 @@ import numpy as np
 from .optional import require
 
 keras = require("keras", "tf", "colabkit.keras.AutoResume")
+if int(keras.__version__.split(".")[0]) < 3:
+    raise ImportError(f"colabkit.keras.AutoResume needs Keras 3 (TensorFlow 2.16 or newer); this environment has "
+                      f"Keras {keras.__version__}. Upgrade with: pip install -U \"colabkit[tf]\"")
 
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .deadline import watch_for  # noqa: E402

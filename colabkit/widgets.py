@@ -190,7 +190,7 @@ def _next_save_text(e, resume, now: float) -> str:
     action = "save, then stop" if d.stop_training else "save and upload, keep training"
     text = f"{when}, before {d.reason}: {action}"
     if resume is None or getattr(resume, "deadline", "auto") != "auto":
-        text += " · no AutoResume(deadline=\"auto\") in this process"
+        text += " · no AutoResume(deadline=\"auto\") running"
     return text
 
 
@@ -237,7 +237,8 @@ class StatusPanel:
         self.bar_row = widgets.HBox([widgets.HTML("<span style='color:#666'>VM lifetime&nbsp;</span>"),
                                      self.bar, self.bar_text])
         self.table = widgets.HTML()
-        self.widget = widgets.VBox([self.header, self.bar_row, self.table])
+        self.widget = widgets.VBox([self.header, self.bar_row, self.table],
+                                   layout=widgets.Layout(border="1px solid #ddd", padding="4px 10px"))
         self.widget.add_class("colabkit-status")
         self.update()
         _updater.add(self)
@@ -267,8 +268,9 @@ class StatusPanel:
                 self.bar.bar_style = ("danger" if snap.cap_fraction >= 0.9 else
                                       "warning" if snap.cap_fraction >= 0.75 else "success")
                 self.bar_text.value = f"&nbsp;{html.escape(snap.cap_text)}"
+            shown = [row for row in snap.rows if not (row[0] == "runtime" and snap.cap_fraction is not None)]
             cells = "".join(f"<tr data-row='{key}'><td class='k'>{html.escape(label)}</td>"
-                            f"<td class='v'>{html.escape(value)}</td></tr>" for key, label, value in snap.rows)
+                            f"<td class='v'>{html.escape(value)}</td></tr>" for key, label, value in shown)
             self.table.value = f"<table>{cells}</table>"
 
     def close(self) -> None:

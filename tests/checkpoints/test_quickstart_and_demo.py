@@ -28,7 +28,7 @@ def test_quickstart_notebook_executes(tmp_path, ck_env, monkeypatch):
 
 
 def test_demo_command_cuts_resumes_and_finishes(tmp_path, ck_env):
-    proc = subprocess.run([sys.executable, "-m", "colabkit", "demo", "--cap", "6s", "--epochs", "8",
+    proc = subprocess.run([sys.executable, "-m", "colabkit", "demo", "--cap", "3s", "--epochs", "12",
                            "--dir", str(tmp_path / "demo")], env=ck_env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -37,7 +37,7 @@ def test_demo_command_cuts_resumes_and_finishes(tmp_path, ck_env):
     assert "end of training" in out and "test accuracy" in out
     from colabkit.checkpoints.folder import CheckpointFolder
     newest = CheckpointFolder(tmp_path / "demo").committed()[-1]
-    assert newest.epoch == 8 and newest.batch == 0
+    assert newest.epoch == 12 and newest.batch == 0
 
 
 def test_checkpoints_command_lists_and_verifies(tmp_path, ck_env):

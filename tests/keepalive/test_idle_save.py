@@ -1,0 +1,93 @@
+"""Idle-aware checkpointing: with a short idle cutoff and no browser attached to the kernel, a Keras run with
+AutoResume(deadline="auto") commits a checkpoint to its destination before the cutoff, and keeps training.
+
+The kernel is started through a real Jupyter Server's REST API and driven over its own ZMQ ports, so the
+server counts no browser connection: exactly the state of a Colab tab that was closed mid-training."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CUTOFF_S = 20
+
+TRAINING = r"""
+import json, os, time
+import numpy as np
+import keras
+import colabkit
+from colabkit import presence
+
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss="mse")
+x, y = np.random.rand(4000, 8).astype("float32"), np.random.rand(4000, 1).astype("float32")
+
+colabkit.keepalive("60s", poll="0.5s")          # presence detection + the idle clock
+absent_since = presence.monitor().current.since
+cutoff_at = absent_since + float(os.environ["CUTOFF_S"])
+
+class Pace(keras.callbacks.Callback):
+    # ~50 ms a batch, and stop a little after the cutoff would have struck
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(0.05)
+        if time.time() > cutoff_at + 2:
+            self.model.stop_training = True
+
+cb = colabkit.keras.AutoResume(os.environ["CKPT_DIR"], deadline="auto", deadline_margin="5s")
+colabkit.widgets.track(cb)
+model.fit(x, y, batch_size=8, epochs=1, callbacks=[Pace(), cb], verbose=0)
+status = cb.checkpoints.status
+print("RESULT" + json.dumps({
+    "absent_since": absent_since, "cutoff_at": cutoff_at, "ended_at": time.time(),
+    "presence": [presence.monitor().current.state, presence.monitor().current.connections],
+    "events": cb.events,
+    "uploaded_step": status.last_uploaded.step if status.last_uploaded else None,
+    "panel": colabkit.widgets.text(),
+}))
+"""
+
+
+def test_idle_save_before_the_cutoff_with_no_browser(start_server, kernel_client, run_code, tmp_path):
+    pytest.importorskip("keras")
+    destination = tmp_path / "ckpt"
+    server = start_server(env={"COLABKIT_IDLE_CUTOFF": f"{CUTOFF_S}s"})
+    kid = server.api("api/kernels", "POST", {"name": "python3"})["id"]
+    client = kernel_client(server, kid)
+    setup = run_code(client, f"import os\nos.environ['CKPT_DIR'] = {str(destination)!r}\n"
+                             f"os.environ['CUTOFF_S'] = '{CUTOFF_S}'")
+    assert setup["error"] is None
+
+    out = run_code(client, TRAINING, timeout=240)
+    assert out["error"] is None, out["error"]
+    line = [ln for ln in out["stdout"].splitlines() if ln.startswith("RESULT")][-1]
+    result = json.loads(line[len("RESULT"):])
+    assert server.api(f"api/kernels/{kid}")["connections"] == 0
+    assert result["presence"] == ["absent", 0]
+
+    idle_saves = [(t, detail) for t, kind, detail in result["events"]
+                  if kind == "save" and f"before the {CUTOFF_S}s idle cutoff" in detail]
+    assert len(idle_saves) == 1, result["events"]   # once per absence, not once per batch
+    saved_at, detail = idle_saves[0]
+    step = int(detail.split()[1])
+    # The save returned (it waits for the upload) before the cutoff, and training went on past the cutoff.
+    assert saved_at < result["cutoff_at"], (saved_at, result["cutoff_at"])
+    assert result["ended_at"] > result["cutoff_at"]
+    assert not any(kind == "stop" for _, kind, _ in result["events"])
+    assert f"saved step {step} before the {CUTOFF_S}s idle cutoff; training continues" in out["stdout"]
+
+    # Committed on the destination (manifest last) before the cutoff.
+    from colabkit.checkpoints.folder import CheckpointFolder
+    from colabkit.checkpoints.manifest import MANIFEST_NAME
+    committed = {c.step: c.path / MANIFEST_NAME for c in CheckpointFolder(destination).committed()}
+    assert step in committed, sorted(committed)
+    assert committed[step].stat().st_mtime < result["cutoff_at"]
+    assert result["uploaded_step"] >= step
+
+    # The status panel's text form shows when it happened.
+    assert f"last deadline save" in result["panel"] and f"before the {CUTOFF_S}s idle cutoff" in result["panel"]
+    print(f"\nidle save of step {step} committed {result['cutoff_at'] - saved_at:.1f} s before the "
+          f"{CUTOFF_S}s cutoff (absence began {time.strftime('%H:%M:%S', time.localtime(result['absent_since']))})")
