@@ -336,7 +336,8 @@ def _copy_button_html(code: str) -> str:
                "if(navigator.clipboard&&navigator.clipboard.writeText){"
                "navigator.clipboard.writeText(t).then(function(){done(true);},fallback);}else{fallback();}")
     return (f'<button class="colabkit-copy" type="button" data-script="{html.escape(code, quote=True)}" '
-            f'onclick="{html.escape(handler, quote=True)}" style="padding:4px 12px;cursor:pointer">Copy script</button>')
+            f'onclick="{html.escape(handler, quote=True)}" style="padding:4px 12px;cursor:pointer">'
+            f'Copy script</button>')
 
 
 def panel_html(interval=DEFAULT_INTERVAL) -> tuple[str, str]:

@@ -122,6 +122,14 @@ def connection_file() -> str | None:
     return None
 
 
+def _in_ipykernel() -> bool:
+    app_module = sys.modules.get("ipykernel.kernelapp")
+    try:
+        return app_module is not None and app_module.IPKernelApp.initialized()
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def kernel_id(path: str | None = None) -> str | None:
     """The kernel id in a connection file name (``kernel-<id>.json``), or None."""
     path = connection_file() if path is None else path
@@ -253,7 +261,8 @@ class PresenceMonitor:
 
     def _ask(self) -> Presence:
         kid = self._kernel or kernel_id()
-        if not kid:
+        in_kernel = _in_ipykernel()
+        if not kid and not in_kernel:
             return Presence(UNKNOWN, detail="this Python process is not a Jupyter kernel started by a notebook "
                                             "server (no kernel-<id>.json connection file)")
         candidates = [self._explicit] if self._explicit else (
@@ -261,6 +270,13 @@ class PresenceMonitor:
         if not candidates:
             return Presence(UNKNOWN, detail="no notebook server found (no jpserver-*.json in the Jupyter runtime "
                                             "directory, no Colab server in the environment)")
+        if not kid:
+            # A kernel whose connection file name does not carry its id: a server with exactly one kernel
+            # (a Colab VM) can only be talking about this one.
+            kid = self._kernel = self._only_kernel(candidates)
+            if not kid:
+                return Presence(UNKNOWN, detail="cannot tell this kernel's id (its connection file is not named "
+                                                "kernel-<id>.json) and no notebook server has exactly one kernel")
         problems = []
         for server in candidates:
             try:
@@ -279,6 +295,16 @@ class PresenceMonitor:
             return self._interpret(model, server)
         self._server = None
         return Presence(UNKNOWN, detail=problems[0] if len(problems) == 1 else "; ".join(problems[:3]))
+
+    def _only_kernel(self, candidates) -> str | None:
+        for server in candidates:
+            try:
+                kernels = _get_json(server, "api/kernels", self.timeout)
+            except (OSError, ValueError):
+                continue
+            if isinstance(kernels, list) and len(kernels) == 1 and kernels[0].get("id"):
+                return kernels[0]["id"]
+        return None
 
     def _interpret(self, model: dict, server: Server) -> Presence:
         now = time.time()

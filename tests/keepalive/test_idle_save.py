@@ -88,6 +88,6 @@ def test_idle_save_before_the_cutoff_with_no_browser(start_server, kernel_client
     assert result["uploaded_step"] >= step
 
     # The status panel's text form shows when it happened.
-    assert f"last deadline save" in result["panel"] and f"before the {CUTOFF_S}s idle cutoff" in result["panel"]
+    assert "last deadline save" in result["panel"] and f"before the {CUTOFF_S}s idle cutoff" in result["panel"]
     print(f"\nidle save of step {step} committed {result['cutoff_at'] - saved_at:.1f} s before the "
           f"{CUTOFF_S}s cutoff (absence began {time.strftime('%H:%M:%S', time.localtime(result['absent_since']))})")

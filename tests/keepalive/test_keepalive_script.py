@@ -135,7 +135,7 @@ def test_clicks_each_variant_on_schedule_and_stops(page, variant, expected):
     t0 = page.evaluate("window.t0")
     assert times[0] - t0 >= 900, "the first click comes after one interval, not at once"
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert all(800 <= g <= 1500 for g in gaps), gaps
+    assert all(800 <= g <= 2000 for g in gaps), gaps   # 1 s apart, with room for a loaded CI machine
     state = page.evaluate("window.colabkitKeepAlive")
     assert state["variant"] == expected and state["running"] is True and state["clicks"] == len(clicks(page))
     assert any(expected in text for kind, text in page.messages if kind == "info")

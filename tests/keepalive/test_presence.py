@@ -54,6 +54,14 @@ def test_attached_and_absent_from_a_real_server(start_server, kernel_client, run
     assert seen["state"] == "absent" and seen["connections"] == 0 and seen["server"] == server.url
     assert seen["last_seen"] is None
 
+    # A kernel whose connection file name does not carry its id (as may be on Colab): the server's only
+    # kernel is this one.
+    out = run_code(client, "from unittest import mock\n"
+                           "with mock.patch.object(presence, 'kernel_id', lambda path=None: None):\n"
+                           "    m = presence.PresenceMonitor()\n"
+                           "    print('ONLY', m.check().state, m._kernel == %r)" % kid)
+    assert "ONLY absent True" in out["stdout"], out
+
     # A browser tab: a websocket on the kernel's channels, as JupyterLab opens it.
     ws = websocket.create_connection(f"ws://127.0.0.1:{server.port}/api/kernels/{kid}/channels",
                                      header=[f"Authorization: token {server.token}"], timeout=10)
@@ -72,8 +80,8 @@ def test_attached_and_absent_from_a_real_server(start_server, kernel_client, run
     assert took < 10, f"absence noticed after {took:.1f} s"
     # The absence counts from the last time the browser was seen, which is before the tab closed.
     assert seen["since"] == seen["last_seen"] and seen["since"] <= closed_at + 0.1
-    out = run_code(client, "d = presence.monitor().next_deadline()\n"
-                           "print('DEADLINE', d.reason, '|', d.stop_training, '|', round(d.at - presence.monitor().current.since))")
+    out = run_code(client, "m = presence.monitor()\nd = m.next_deadline()\n"
+                           "print('DEADLINE', d.reason, '|', d.stop_training, '|', round(d.at - m.current.since))")
     assert "DEADLINE the 90min idle cutoff | False | 5400" in out["stdout"], out
 
     out = run_code(client, "colabkit.keepalive(False)\n"
