@@ -69,10 +69,10 @@ def _print_timeline(title: str, session: dict) -> None:
             shown = events[i:j + 1]
         for event in shown:
             if event is None:
-                print(f"  {'':>8}  {'':<8} ... {j - i - 1} more saves")
+                print(f"  {'':>8}  {'':<13} ... {j - i - 1} more saves")
             else:
                 at, kind, detail = event
-                print(f"  {at - session['started']:+7.1f}s  {kind:<8} {detail}")
+                print(f"  {at - session['started']:+7.1f}s  {kind:<13} {detail}")
         i = j + 1
 
 

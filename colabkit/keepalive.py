@@ -246,7 +246,8 @@ def script(interval=DEFAULT_INTERVAL) -> str:
 
 def bookmarklet(interval=DEFAULT_INTERVAL) -> str:
     """The script as a ``javascript:`` URL to drag to the bookmarks bar and click on the Colab tab."""
-    return "javascript:" + urllib.parse.quote(script(interval), safe="")
+    compact = "\n".join(line.strip() for line in script(interval).splitlines() if line.strip())
+    return "javascript:" + urllib.parse.quote(compact, safe="")
 
 
 # -- on / off -----------------------------------------------------------------------------------------------
@@ -307,7 +308,7 @@ def keepalive(interval=DEFAULT_INTERVAL, *, show_script: bool | None = None, pol
               f"{presence_line[0].upper() + presence_line[1:]}.")
     else:
         from .presence import idle_label
-        print(f"colabkit: an idle cutoff of {idle_label(environment.idle_cutoff)} is configured here "
+        print(f"colabkit: an idle cutoff of {idle_label(environment.idle_cutoff)} applies here "
               f"({environment.kind}); AutoResume(deadline=\"auto\") saves before it while no browser is attached. "
               f"{presence_line[0].upper() + presence_line[1:]}.")
 

@@ -75,6 +75,8 @@ class AutoResume(keras.callbacks.Callback):
         self.margin_floor = 60.0 if deadline_margin is None else parse_duration(deadline_margin, name="deadline_margin")
         watch_for(deadline, started_at=time.time())  # validate the deadline now, not when fit() starts
         self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir)
+        from .widgets import track
+        track(self)  # the status panel shows this run's saves and deadlines
         self.restored = None          # what on_train_begin restored (colabkit.Restored) or None
         self.events = []              # (wall time, event, detail) for timelines and the status panel
         self._buffers = _SnapshotBuffers()
@@ -251,9 +253,10 @@ class AutoResume(keras.callbacks.Callback):
             self._watch.mark_handled(deadline)
             if deadline.stop_training:
                 self._final_save(position, f"{deadline.reason} is {format_duration(deadline.at - time.time())} away",
-                                 timeout=max(1.0, deadline.at - time.time()))
+                                 timeout=max(1.0, deadline.at - time.time()), event="deadline-save")
             else:
-                self._save(position, reason=f"before {deadline.reason}", wait=max(1.0, deadline.at - time.time()))
+                self._save(position, reason=f"before {deadline.reason}", wait=max(1.0, deadline.at - time.time()),
+                           event="deadline-save")
                 self._say(f"saved step {self._step} before {deadline.reason}; training continues")
             return
         if isinstance(self.save_freq, int) and self._batches_since_save >= self.save_freq:
@@ -298,9 +301,9 @@ class AutoResume(keras.callbacks.Callback):
             return measured
         nbytes = sum(v.shape.num_elements() if hasattr(v.shape, "num_elements") else int(np.prod(v.shape))
                      for group in self._variables() for v in group) * 4
-        return 1.0 + nbytes / _ASSUMED_UPLOAD_BYTES_PER_S
+        return 0.2 + nbytes / _ASSUMED_UPLOAD_BYTES_PER_S
 
-    def _save(self, position, *, reason: str, wait=False) -> bool:
+    def _save(self, position, *, reason: str, wait=False, event: str = "save") -> bool:
         epoch, batch = position
         model_vars, opt_vars, metric_vars = self._variables()
         buffers = self._buffers.take([*model_vars, *opt_vars, *metric_vars])
@@ -316,11 +319,11 @@ class AutoResume(keras.callbacks.Callback):
                                    info={"reason": reason}, _release=lambda: self._buffers.give_back(buffers))
         self._last_saved_position = position
         self._batches_since_save, self._last_save_time = 0, time.time()
-        self._event("save", f"step {self._step} (epoch {epoch}, batch {batch}, {reason})")
+        self._event(event, f"step {self._step} (epoch {epoch}, batch {batch}, {reason})")
         return ok
 
-    def _final_save(self, position, why: str, timeout=None):
-        committed = self._save(position, reason=why, wait=True if timeout is None else timeout)
+    def _final_save(self, position, why: str, timeout=None, event: str = "save"):
+        committed = self._save(position, reason=why, wait=True if timeout is None else timeout, event=event)
         self.model.stop_training = True
         self._stopped_for = why
         where = "committed to" if committed else "kept on local disk; upload pending to"

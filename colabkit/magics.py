@@ -11,7 +11,8 @@ class ColabkitMagics(Magics):
 
     @magic_arguments()
     @argument("what", nargs="?", default="status", choices=["status", "config", "version"],
-              help="status (default): environment, VM age, time left, drive root, GPUs; "
+              help="status (default): environment, VM age, time left, drive root, GPUs, browser presence, "
+                   "keep-alive, last checkpoint, next deadline save (a live panel where widgets render); "
                    "config: effective settings and their sources; version: the colabkit version")
     @argument("--json", action="store_true", help="status as JSON")
     @argument("--text", action="store_true", help="status as plain text, also where the live panel would show")

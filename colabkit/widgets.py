@@ -27,6 +27,7 @@ from .units import format_duration, parse_duration
 log = logging.getLogger("colabkit")
 
 DEFAULT_REFRESH = 2.0
+MAX_LIVE_PANELS = 4      # older %colabkit panels stop refreshing (each refresh costs a little CPU)
 
 # -- the registry of AutoResume / Checkpoints objects -------------------------------------------------------
 _tracked: list = []          # weakref.ref, oldest first
@@ -198,7 +199,7 @@ def _last_deadline_save(resume) -> str | None:
     if resume is None:
         return None
     for t, kind, detail in reversed(list(getattr(resume, "events", []))):
-        if kind == "stop" or (kind == "save" and ("before the" in detail or "cutoff" in detail or " cap" in detail)):
+        if kind in ("stop", "deadline-save"):
             return f"{_clock(t)}: {detail}"
     return None
 
@@ -230,6 +231,7 @@ class StatusPanel:
         self.refresh = parse_duration(refresh, name="refresh")
         self._lock = threading.Lock()
         self.updates = 0
+        self._frozen = False
         self.header = widgets.HTML()
         self.bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="240px"))
         self.bar.add_class("colabkit-cap-bar")
@@ -249,6 +251,8 @@ class StatusPanel:
 
     def update(self) -> None:
         with self._lock:
+            if self._frozen:
+                return
             try:
                 snap = snapshot()
             except Exception as exc:  # noqa: BLE001 - show the problem in the panel, keep refreshing
@@ -273,9 +277,17 @@ class StatusPanel:
                             f"<td class='v'>{html.escape(value)}</td></tr>" for key, label, value in shown)
             self.table.value = f"<table>{cells}</table>"
 
+    def freeze(self, note: str) -> None:
+        """Stop refreshing; say so in the header."""
+        _updater.discard(self)
+        with self._lock:
+            self._frozen = True
+            self.header.value += f" <span style='color:#a60'>· {html.escape(note)}</span>"
+
     def close(self) -> None:
         _updater.discard(self)
-        self.widget.close()
+        for w in (*self.bar_row.children, self.bar_row, self.header, self.table, self.widget):
+            w.close()
 
 
 class _Updater:
@@ -289,9 +301,12 @@ class _Updater:
     def add(self, panel: StatusPanel) -> None:
         with self._lock:
             self._panels.append(panel)
+            retired, self._panels = self._panels[:-MAX_LIVE_PANELS], self._panels[-MAX_LIVE_PANELS:]
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="colabkit-status-panel", daemon=True)
                 self._thread.start()
+        for old in retired:
+            old.freeze("frozen: a newer %colabkit panel is live")
 
     def discard(self, panel: StatusPanel) -> None:
         with self._lock:

@@ -108,6 +108,8 @@ def start_server(tmp_path):
     started = []
 
     def start(app="jupyter_server", env=None):
+        pytest.importorskip("jupyter_server")
+        pytest.importorskip(app)
         server = JupyterServer(tmp_path / f"server{len(started)}", app=app, env=env)
         started.append(server)
         return server
@@ -125,7 +127,7 @@ def kernel_client():
     clients = []
 
     def connect(server, kernel_id):
-        from jupyter_client import BlockingKernelClient
+        BlockingKernelClient = pytest.importorskip("jupyter_client").BlockingKernelClient
         path = server.runtime / f"kernel-{kernel_id}.json"
         deadline = time.time() + 30
         while not path.exists() and time.time() < deadline:

@@ -128,10 +128,10 @@ def test_panel_presence_and_keepalive_in_a_real_browser(chromium, start_server, 
         bar = panel.locator(".colabkit-cap-bar .progress-bar")
         assert bar.is_visible() and 0 < float(bar.evaluate("e => parseFloat(e.style.width)")) < 100
 
-        # %keepalive outside Colab: one line, no idle cutoff promise it cannot keep.
+        # %keepalive outside Colab: one line saying what applies here and what presence detection sees.
         cell_outputs = page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output")
         text = cell_outputs.first.inner_text()
-        assert text.startswith("colabkit: an idle cutoff of 90min is configured here (jupyter)")
+        assert text.startswith("colabkit: an idle cutoff of 90min applies here (jupyter)")
         assert "Presence detection started (every 1s): attached (1 browser connection)" in text
 
         # %keepalive --script: the panel with the bookmarklet and a working copy button.

@@ -69,7 +69,7 @@ def test_idle_save_before_the_cutoff_with_no_browser(start_server, kernel_client
     assert result["presence"] == ["absent", 0]
 
     idle_saves = [(t, detail) for t, kind, detail in result["events"]
-                  if kind == "save" and f"before the {CUTOFF_S}s idle cutoff" in detail]
+                  if kind == "deadline-save" and f"before the {CUTOFF_S}s idle cutoff" in detail]
     assert len(idle_saves) == 1, result["events"]   # once per absence, not once per batch
     saved_at, detail = idle_saves[0]
     step = int(detail.split()[1])

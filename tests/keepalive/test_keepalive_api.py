@@ -196,3 +196,15 @@ def test_panel_without_a_cap_hides_the_bar():
         assert "no runtime cap here" in widgets.snapshot().cap_text
     finally:
         panel.close()
+
+
+def test_only_the_newest_panels_stay_live():
+    panels = [widgets.StatusPanel(refresh="1s") for _ in range(widgets.MAX_LIVE_PANELS + 1)]
+    try:
+        assert "frozen: a newer %colabkit panel is live" in panels[0].header.value
+        assert all("frozen: a newer %colabkit panel is live" not in p.header.value for p in panels[1:])
+        assert panels[0] not in widgets._updater._panels and panels[-1] in widgets._updater._panels
+    finally:
+        for p in panels:
+            p.close()
+    assert all(p.closed for p in panels)
