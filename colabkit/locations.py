@@ -40,24 +40,27 @@ def drive_root(settings: _config.Settings | None = None) -> Path:
     return Path(os.path.expanduser(str(LOCAL_DRIVE_DEFAULT)))
 
 
-def _resolve_drive(rest: str) -> Path:
+def _resolve_drive(rest: str):
     rest = rest.lstrip("/")
     if not rest:
         raise ValueError('The location "drive:" names no folder; write it as "drive:<folder>", e.g. "drive:runs/mnist".')
+    if _config.load().drive_via == "api":  # no mount here: "drive:x" means gdrive://x
+        return _resolve_gdrive(rest)
     return drive_root() / rest
 
 
-def _unsupported_gdrive(rest: str) -> Path:
-    raise ValueError(
-        f'"gdrive://{rest}" needs the Drive API back end, which is not available in this version. '
-        'Use "drive:<folder>" with a mounted Drive (Google Drive for desktop, rclone) as drive_root instead.')
+def _resolve_gdrive(rest: str):
+    """gdrive://<folder path below My Drive>: the Drive API back end (pydrive2, imported on first use)."""
+    from .checkpoints.gdrive import resolve_gdrive
+    return resolve_gdrive(rest)
 
 
-SCHEMES = {"drive:": _resolve_drive, "gdrive://": _unsupported_gdrive}
+SCHEMES = {"drive:": _resolve_drive, "gdrive://": _resolve_gdrive}
 
 
-def resolve(location) -> Path:
-    """A filesystem folder for ``location``; raises ValueError for an empty or unsupported location."""
+def resolve(location):
+    """Where ``location`` lives: a filesystem folder (Path), or an object from a scheme's handler for back
+    ends that are not filesystems. Raises ValueError for an empty or unsupported location."""
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
     if not isinstance(location, str) or not location.strip():

@@ -44,10 +44,10 @@ def _validate_keep(keep) -> int:
     return keep
 
 
-def local_cache_for(destination: Path, cache_dir: Path) -> Path:
-    """Local staging folder for a destination: stable per destination, readable name."""
+def local_cache_for(destination, cache_dir: Path) -> Path:
+    """Local staging folder for a destination (a Path, or a back end with ``name``): stable, readable name."""
     digest = hashlib.sha1(str(destination).encode()).hexdigest()[:10]
-    return cache_dir / "checkpoints" / f"{destination.name or 'root'}-{digest}"
+    return cache_dir / "checkpoints" / f"{getattr(destination, 'name', '') or 'root'}-{digest}"
 
 
 class Checkpoints:
@@ -75,7 +75,12 @@ class Checkpoints:
         local = Path(local_dir) if local_dir is not None else local_cache_for(
             self.destination, settings.resolved_cache_dir())
         self.local = CheckpointFolder(local)
-        self.dest = None if local.resolve() == self.destination.resolve() else CheckpointFolder(self.destination)
+        if not isinstance(self.destination, Path):
+            self.dest = self.destination      # a back end that is not a filesystem (see CheckpointFolder)
+        elif local.resolve() == self.destination.resolve():
+            self.dest = None                  # the destination is the local folder: nothing to upload
+        else:
+            self.dest = CheckpointFolder(self.destination)
         self._uploader = Uploader(self.local, self.dest, keep=self.keep, keep_every=self.keep_every,
                                   on_warning=self._warn)
         self._seq = 0
@@ -165,7 +170,7 @@ class Checkpoints:
                 if from_local:
                     self.local.verify(info, full=True)
                 else:  # one read of the destination, checked against the manifest on the way
-                    info = self.local.copy_in(info, check_hashes=True, durable=False)
+                    info = self.dest.download(info, self.local)
                 state = _state.read(info.path, into=into)
             except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
                 if isinstance(exc, _state.StateError):

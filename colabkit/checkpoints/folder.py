@@ -64,7 +64,13 @@ def new_name(step: int) -> str:
 
 
 class CheckpointFolder:
-    """Checkpoints in one filesystem folder. All methods raise OSError when the folder is unreachable."""
+    """Checkpoints in one filesystem folder. All methods raise OSError when the folder is unreachable.
+
+    This is also the destination protocol: a back end that is not a filesystem (an API-backed Drive
+    folder) is used as a destination when it provides ``path`` (for messages), ``committed()``,
+    ``copy_in(source)`` (upload a committed local checkpoint: data first, manifest last), ``download(info,
+    into)``, ``verify(info, full=...)`` and ``prune(keep, keep_every=..., protect=...)`` with the meanings below.
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -94,6 +100,11 @@ class CheckpointFolder:
             except (_manifest.ManifestError, OSError):
                 continue
         return sorted(found, key=CheckpointInfo.order_key)
+
+    def leftovers(self) -> list[str]:
+        """Names of checkpoint folders without a valid manifest (interrupted writes), sorted."""
+        committed = {c.name for c in self.committed()}
+        return sorted(p.name for p in self._candidates() if p.name not in committed)
 
     def verify(self, info: CheckpointInfo, *, full: bool = True) -> None:
         """Check every file's size (and, with ``full``, sha256) against the manifest; raises CorruptCheckpoint."""
@@ -152,6 +163,10 @@ class CheckpointFolder:
         write_bytes(target / _manifest.MANIFEST_NAME, _manifest.dumps(source.manifest))
         fsync_dir(target)
         return CheckpointInfo(target, self.read_manifest(target))
+
+    def download(self, info: CheckpointInfo, into: "CheckpointFolder") -> CheckpointInfo:
+        """Copy one of this folder's checkpoints into the local folder ``into``, checking sha256 on the way."""
+        return into.copy_in(info, check_hashes=True, durable=False)
 
     def prune(self, keep: int, *, keep_every: float | None = None, protect: tuple = ()) -> list[str]:
         """Delete committed checkpoints beyond the newest ``keep`` (plus one per ``keep_every`` seconds),

@@ -28,8 +28,7 @@ def checkpoints_report(location, *, verify: bool = False, as_json: bool = False)
         rows.append({"name": info.name, "step": info.step, "epoch": info.epoch, "batch": info.batch,
                      "created": info.created, "size": info.size, "reason": info.manifest["info"].get("reason"),
                      "valid": None if not verify else problem is None, "problem": problem})
-    leftovers = sorted(p.name for p in folder._candidates()) if hasattr(folder, "_candidates") else []
-    leftovers = [name for name in leftovers if name not in {r["name"] for r in rows}]
+    leftovers = folder.leftovers()
     if as_json:
         return json.dumps({"location": str(location), "path": str(path), "checkpoints": rows,
                            "leftovers": leftovers}, indent=2), ok

@@ -49,8 +49,10 @@ def test_checkpoints_command_lists_and_verifies(tmp_path, ck_env):
         ckpt.save(2, {"w": np.ones(3)}, wait=True)
     run = lambda *a: subprocess.run([sys.executable, "-m", "colabkit", "checkpoints", *a], env=ck_env,
                                     capture_output=True, text=True)
+    (tmp_path / "c" / "ckpt-000000000003-abcdef").mkdir()   # an interrupted write
     ok = run(str(tmp_path / "c"), "--verify")
-    assert ok.returncode == 0 and "2 committed" in ok.stdout and ok.stdout.count("OK") == 2
+    assert ok.returncode == 0 and "2 committed checkpoint(s), 1 leftover(s)" in ok.stdout
+    assert ok.stdout.count("OK") == 2
     newest = sorted((tmp_path / "c").glob("ckpt-*"))[-1]
     (newest / "arrays.npz").write_bytes(b"x" * (newest / "arrays.npz").stat().st_size)
     bad = run(str(tmp_path / "c"), "--verify")

@@ -1,0 +1,203 @@
+"""A checkpoint destination on Google Drive's API (``gdrive://runs/mnist``): the CheckpointFolder protocol.
+
+Each checkpoint is a Drive folder named like the local one; its files are uploaded first and
+MANIFEST.json last, so a checkpoint whose upload was interrupted has no manifest and stays invisible.
+Drive allows several items with one name in a folder: lookups take the newest (createdDate, then id) and
+report the duplicates; a same-named folder from an interrupted earlier upload is deleted before a new upload.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path, PurePosixPath
+
+from .. import gdrive as _gdrive
+from . import manifest as _manifest
+from .folder import _NAME, CheckpointInfo, CorruptCheckpoint, CheckpointFolder
+from .storage import remove_tree, write_bytes
+
+log = logging.getLogger("colabkit")
+
+
+class DriveApiFolder:
+    """Checkpoints in one Drive folder, addressed by a path below My Drive. Methods raise OSError (DriveError)."""
+
+    def __init__(self, folder_path: str, client: _gdrive.DriveClient | None = None):
+        self.folder_path = folder_path.strip("/")
+        self.client = client or _gdrive.connect()
+        self.path = PurePosixPath("gdrive:") / self.folder_path   # for messages; never equal to a local path
+        self.name = PurePosixPath(self.folder_path).name
+        self._root_id: str | None = None
+        self._ids: dict[str, str] = {}        # checkpoint name -> Drive folder id (from the last listing)
+
+    def __repr__(self):
+        return f"DriveApiFolder('gdrive://{self.folder_path}')"
+
+    def __str__(self):
+        return f"gdrive://{self.folder_path}"
+
+    # -- locating --------------------------------------------------------------------------------------
+    def _root(self, *, create: bool) -> str | None:
+        if self._root_id is None:
+            self._root_id = self.client.folder(self.folder_path, create=create)
+        return self._root_id
+
+    def _folders(self) -> dict[str, list[dict]]:
+        """Checkpoint-named folders, grouped by name, oldest first."""
+        root = self._root(create=False)
+        if root is None:
+            return {}
+        groups: dict[str, list[dict]] = {}
+        for item in self.client.children(root, folders=True):
+            if _NAME.match(item["title"]):
+                groups.setdefault(item["title"], []).append(item)
+        return groups
+
+    def _read_manifest(self, folder_id: str, where: str) -> dict:
+        found = self.client.pick(self.client.children(folder_id, title=_manifest.MANIFEST_NAME, folders=False),
+                                 where)
+        if found is None:
+            raise _manifest.ManifestError(f"{where} has no {_manifest.MANIFEST_NAME}")
+        data = self.client.read_bytes(found["id"], f"reading {where}/{_manifest.MANIFEST_NAME}")
+        return _manifest.loads(data, where=f"{where}/{_manifest.MANIFEST_NAME}")
+
+    # -- the destination protocol --------------------------------------------------------------------------
+    def committed(self) -> list[CheckpointInfo]:
+        found = []
+        for name, items in self._folders().items():
+            if len(items) > 1:
+                self.client.pick(items, str(self))
+            for item in reversed(items):       # newest first; the first with a valid manifest wins
+                try:
+                    manifest = self._read_manifest(item["id"], f"{self}/{name}")
+                except _manifest.ManifestError:
+                    continue
+                self._ids[name] = item["id"]
+                found.append(CheckpointInfo(self.path / name, manifest))
+                break
+        return sorted(found, key=CheckpointInfo.order_key)
+
+    def _folder_id(self, info: CheckpointInfo) -> str:
+        if info.name not in self._ids:
+            self.committed()
+        try:
+            return self._ids[info.name]
+        except KeyError:
+            raise CorruptCheckpoint(f"{self}/{info.name} is no longer on Google Drive") from None
+
+    def _files(self, info: CheckpointInfo) -> dict[str, dict]:
+        files = self.client.walk(self._folder_id(info))
+        for rel, meta in info.manifest["files"].items():
+            item = files.get(rel)
+            if item is None:
+                raise CorruptCheckpoint(f"{self}/{info.name}/{rel} is missing")
+            if int(item.get("fileSize", -1)) != meta["size"]:
+                raise CorruptCheckpoint(f"{self}/{info.name}/{rel} has {item.get('fileSize')} bytes, the "
+                                        f"manifest says {meta['size']}")
+        return files
+
+    def verify(self, info: CheckpointInfo, *, full: bool = True) -> None:
+        files = self._files(info)
+        if not full:
+            return
+        for rel, meta in info.manifest["files"].items():
+            digest = hashlib.sha256()
+            self.client.download(files[rel]["id"], _HashSink(digest), what=f"reading {self}/{info.name}/{rel}")
+            if digest.hexdigest() != meta["sha256"]:
+                raise CorruptCheckpoint(f"{self}/{info.name}/{rel} does not match its sha256 in the manifest")
+
+    def copy_in(self, source: CheckpointInfo, **_ignored) -> CheckpointInfo:
+        """Upload a committed local checkpoint: a new Drive folder, data files, then the manifest."""
+        root = self._root(create=True)
+        for stale in self.client.children(root, title=source.name, folders=True):
+            self.client.delete(stale["id"])    # an interrupted earlier upload of this checkpoint
+        folder = self.client.mkdir(root, source.name)
+        subfolders = {"": folder["id"]}
+        for rel, meta in source.manifest["files"].items():
+            parent = self._subfolder(subfolders, PurePosixPath(rel).parent.as_posix())
+            uploaded = self.client.upload(Path(source.path) / rel, parent, PurePosixPath(rel).name)
+            if int(uploaded.get("fileSize", -1)) != meta["size"]:
+                raise _gdrive.DriveError(f"Google Drive stored {uploaded.get('fileSize')} bytes of {rel}, "
+                                         f"expected {meta['size']}; the upload is retried")
+        self.client.upload(Path(source.path) / _manifest.MANIFEST_NAME, folder["id"], _manifest.MANIFEST_NAME)
+        self._ids[source.name] = folder["id"]
+        return CheckpointInfo(self.path / source.name, source.manifest)
+
+    def _subfolder(self, made: dict, rel_dir: str) -> str:
+        rel_dir = "" if rel_dir == "." else rel_dir
+        if rel_dir not in made:
+            parent = self._subfolder(made, PurePosixPath(rel_dir).parent.as_posix())
+            made[rel_dir] = self.client.mkdir(parent, PurePosixPath(rel_dir).name)["id"]
+        return made[rel_dir]
+
+    def download(self, info: CheckpointInfo, into: CheckpointFolder) -> CheckpointInfo:
+        """Copy a checkpoint to the local folder ``into``, checking sizes and sha256; manifest written last."""
+        files = self._files(info)
+        target = into.path / info.name
+        remove_tree(target)
+        target.mkdir(parents=True)
+        try:
+            for rel, meta in info.manifest["files"].items():
+                dest = target / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                digest = hashlib.sha256()
+                with open(dest, "wb") as fh:
+                    self.client.download(files[rel]["id"], _HashSink(digest, fh), what=f"reading {self}/{info.name}/{rel}")
+                if dest.stat().st_size != meta["size"] or digest.hexdigest() != meta["sha256"]:
+                    raise CorruptCheckpoint(f"{self}/{info.name}/{rel} does not match its manifest")
+            write_bytes(target / _manifest.MANIFEST_NAME, _manifest.dumps(info.manifest))
+        except BaseException:
+            remove_tree(target)
+            raise
+        return CheckpointInfo(target, into.read_manifest(target))
+
+    def prune(self, keep: int, *, keep_every: float | None = None, protect: tuple = ()) -> list[str]:
+        """As CheckpointFolder.prune: committed ones beyond ``keep`` (plus one per ``keep_every``), and
+        leftovers of interrupted uploads; the manifest is deleted first."""
+        committed = self.committed()
+        keep_names = {c.name for c in committed[-keep:]} | set(protect)
+        if keep_every:
+            last_kept_at = None
+            for c in committed:
+                if last_kept_at is None or c.created - last_kept_at >= keep_every:
+                    keep_names.add(c.name)
+                    last_kept_at = c.created
+        deleted = []
+        for name, items in self._folders().items():
+            chosen = self._ids.get(name)
+            for item in items:
+                if name in keep_names and (item["id"] == chosen or name in protect):
+                    continue
+                try:
+                    for manifest in self.client.children(item["id"], title=_manifest.MANIFEST_NAME):
+                        self.client.delete(manifest["id"])
+                    self.client.delete(item["id"])
+                except OSError as exc:
+                    log.debug("colabkit: could not delete %s/%s: %s", self, name, exc)
+                    continue
+                if self._ids.get(name) == item["id"]:
+                    del self._ids[name]
+                deleted.append(name)
+        return deleted
+
+
+class _HashSink:
+    """A write-only file object that hashes (and optionally forwards) what MediaIoBaseDownload writes."""
+
+    def __init__(self, digest, out=None):
+        self.digest, self.out = digest, out
+
+    def write(self, data):
+        self.digest.update(data)
+        if self.out is not None:
+            self.out.write(data)
+        return len(data)
+
+
+def resolve_gdrive(rest: str) -> DriveApiFolder:
+    """The ``gdrive://`` scheme handler: ``gdrive://runs/mnist`` is My Drive/runs/mnist."""
+    folder = rest.strip().strip("/")
+    if not folder or any(part in (".", "..") for part in folder.split("/")):
+        raise ValueError(f'"gdrive://{rest}" names no usable folder; write it as "gdrive://<folder path>", '
+                         f'e.g. "gdrive://runs/mnist" (a path below My Drive).')
+    return DriveApiFolder(folder)
