@@ -53,7 +53,7 @@ def test_checkpoints_command_lists_and_verifies(tmp_path, ck_env):
     ok = run(str(tmp_path / "c"), "--verify")
     assert ok.returncode == 0 and "2 committed checkpoint(s), 1 leftover(s)" in ok.stdout
     assert ok.stdout.count("OK") == 2
-    newest = sorted((tmp_path / "c").glob("ckpt-*"))[-1]
+    newest = sorted((tmp_path / "c").glob("ckpt-00000000000[12]-*"))[-1]
     (newest / "arrays.npz").write_bytes(b"x" * (newest / "arrays.npz").stat().st_size)
     bad = run(str(tmp_path / "c"), "--verify")
     assert bad.returncode == 1 and "DAMAGED" in bad.stdout
