@@ -60,6 +60,8 @@ class Checkpoints:
     keep: committed checkpoints kept per folder (older ones are deleted only after a newer one is committed).
     keep_every: also keep one checkpoint per this interval ("6h"), like tf.train.CheckpointManager.
     local_dir: override the local staging folder (default: under the configured cache_dir).
+
+    One writer per folder is assumed. At interpreter exit, pending uploads get up to 60 s to finish.
     """
 
     def __init__(self, directory, *, keep: int | None = None, keep_every=None, local_dir=None):
