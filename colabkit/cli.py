@@ -45,6 +45,28 @@ def _cmd_run(args) -> int:
     return main_from_args(args)
 
 
+def _cmd_drive(args) -> int:
+    from . import gdrive
+    if args.drive_command == "login":
+        who = gdrive.login(service_account=args.service_account, client_secrets=args.client_secrets)
+        print(f"Signed in to Google Drive as {who}; credentials saved to {gdrive.credentials_path()} (mode 0600).")
+    else:
+        print(f"{gdrive.connect().whoami()} (credentials: {gdrive.credentials_path()})")
+    return 0
+
+
+def _cmd_fetch(args) -> int:
+    from .links import fetch
+    print(fetch(args.url, args.dest, quiet=args.quiet))
+    return 0
+
+
+def _cmd_stage(args) -> int:
+    from .staging import stage
+    print(stage(args.src, args.dst, checksum=args.checksum, workers=args.workers))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="colabkit",
@@ -78,6 +100,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=_cmd_gpus)
 
+    p = sub.add_parser("drive", help="sign in to Google Drive's API (for gdrive:// locations) and check it")
+    drive_sub = p.add_subparsers(dest="drive_command", metavar="ACTION", required=True)
+    q = drive_sub.add_parser("login", help="save credentials: a service-account key, or an OAuth client with a "
+                                           "console consent flow (works on headless machines); saved with mode 0600")
+    q.add_argument("--service-account", metavar="KEY.json", help="a service-account key file")
+    q.add_argument("--client-secrets", metavar="CLIENT.json", help="an OAuth client (desktop app) file")
+    drive_sub.add_parser("whoami", help="print the account the saved credentials sign in as")
+    p.set_defaults(func=_cmd_drive)
+
+    p = sub.add_parser("fetch", help="download a Google Drive shared file or folder (link) with a progress bar")
+    p.add_argument("url", help="a share link: https://drive.google.com/drive/folders/<id> or .../file/d/<id>/view")
+    p.add_argument("dest", help="folder to download into (a shared folder's contents land directly in it)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_fetch)
+
+    p = sub.add_parser("stage", help="copy a dataset (folder or .zip/.tar[.gz]) from Drive to fast local disk, cached")
+    p.add_argument("src", help='a folder or archive: a path, "drive:data/x", "gdrive://data/x" or a share link')
+    p.add_argument("dst", nargs="?", help="local folder (default: under the cache dir); prints the path used")
+    p.add_argument("--checksum", action="store_true", help="decide 'unchanged' by sha256, not size+mtime")
+    p.add_argument("--workers", type=int, default=None, help="parallel copies (default: automatic)")
+    p.set_defaults(func=_cmd_stage)
+
     from .jobs import add_arguments as add_run_arguments
     p = sub.add_parser("run", help="run notebooks and scripts side by side, one per GPU, from a queue",
                        usage="colabkit run [options] JOB [JOB ...] [-- ARGS ...]",
@@ -108,7 +152,7 @@ def main(argv=None) -> int:
     from .config import ConfigError
     try:
         return args.func(args)
-    except (ConfigError, ValueError, FileNotFoundError, ImportError) as exc:
+    except (ConfigError, ValueError, ImportError, OSError) as exc:  # OSError: Drive, links, disk space
         print(f"colabkit {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

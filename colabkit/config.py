@@ -59,6 +59,13 @@ def _path_or_auto(value: Any, name: str):
     return Path(os.path.expanduser(str(value)))
 
 
+def _drive_via(value: Any, name: str) -> str:
+    text = str(value).strip().lower()
+    if text not in ("mount", "api"):
+        raise ValueError(f"{name}={value!r} must be \"mount\" or \"api\".")
+    return text
+
+
 @dataclasses.dataclass(frozen=True)
 class _Field:
     name: str
@@ -86,6 +93,12 @@ FIELDS = (
            "Fast local disk for checkpoint staging. auto: the platform cache dir (~/.cache/colabkit on Linux)."),
     _Field("memory_growth", _bool, True, "true or false",
            "TensorFlow memory growth on the GPUs colabkit.use_gpus / colabkit run choose (TF_FORCE_GPU_ALLOW_GROWTH)."),
+    _Field("drive_via", _drive_via, "mount", '"mount" or "api"',
+           'How "drive:" paths reach Google Drive. mount: the drive_root folder; api: the Drive API, as '
+           '"gdrive://" (for machines without a mount; sign in with `colabkit drive login`).'),
+    _Field("drive_credentials", _path_or_auto, AUTO, 'a file path, or "auto"',
+           "Drive API credentials (a service-account key, or tokens saved by `colabkit drive login`; kept 0600). "
+           "auto: drive-credentials.json next to the config file."),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 
@@ -101,6 +114,8 @@ class Settings:
     config_file: Path
     sources: dict
     memory_growth: bool = True
+    drive_via: str = "mount"
+    drive_credentials: Any = AUTO
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir

@@ -10,6 +10,7 @@ Requires Keras 3 (TensorFlow >= 2.16).
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import sys
@@ -53,10 +54,14 @@ class AutoResume(keras.callbacks.Callback):
             colabkit starts earlier when measured saves take longer (3x the measured save+upload time).
         keep_every: also keep one checkpoint per interval ("6h").
         verbose: 1 prints one line per resume/deadline/interrupt; 0 is silent (logging still records).
+        resume_from: a Google Drive share link to someone's checkpoint: when ``directory`` has no checkpoint
+            yet, it is downloaded, verified (manifest, sha256, safe formats only) and resumed; new
+            checkpoints go to ``directory``.
     """
 
     def __init__(self, directory, save_freq="epoch", every=None, keep=None, deadline="auto",
-                 delete_checkpoint=False, deadline_margin=None, keep_every=None, verbose=1, local_dir=None):
+                 delete_checkpoint=False, deadline_margin=None, keep_every=None, verbose=1, local_dir=None,
+                 resume_from=None):
         super().__init__()
         if not directory or (isinstance(directory, str) and not directory.strip()):
             raise ValueError(f"Empty `directory` argument passed (directory={directory!r}); pass a folder such as "
@@ -74,7 +79,8 @@ class AutoResume(keras.callbacks.Callback):
         self.deadline, self.delete_checkpoint, self.verbose = deadline, delete_checkpoint, verbose
         self.margin_floor = 60.0 if deadline_margin is None else parse_duration(deadline_margin, name="deadline_margin")
         watch_for(deadline, started_at=time.time())  # validate the deadline now, not when fit() starts
-        self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir)
+        self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
+                                       resume_from=resume_from)
         from .widgets import track
         track(self)  # the status panel shows this run's saves and deadlines
         self.restored = None          # what on_train_begin restored (colabkit.Restored) or None
@@ -285,7 +291,11 @@ class AutoResume(keras.callbacks.Callback):
             if self._stopped_for is None and self.delete_checkpoint and not self.model.stop_training:
                 self.checkpoints.close()
                 from .checkpoints.storage import remove_tree
-                remove_tree(self.checkpoints.destination)
+                destination = self.checkpoints.destination
+                if isinstance(destination, os.PathLike):
+                    remove_tree(destination)
+                else:  # a back end that is not a filesystem (gdrive://)
+                    destination.remove_all()
                 remove_tree(self.checkpoints.local.path)
         finally:
             self._restore_signal_handlers()

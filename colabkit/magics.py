@@ -60,6 +60,22 @@ class ColabkitMagics(Magics):
             raise UsageError(f"%keepalive: {exc}") from None
 
 
+    @magic_arguments()
+    @argument("src", help='dataset folder or .zip/.tar[.gz]: a path, "drive:data/x", "gdrive://data/x" or a share link')
+    @argument("dst", nargs="?", default=None, help="local folder (default: under the cache dir)")
+    @argument("--checksum", action="store_true", help="decide 'unchanged' by content, not size+mtime")
+    @line_magic
+    def stage(self, line=""):
+        """Copy a dataset to fast local disk (cached, resumable) and return its local path."""
+        args = parse_argstring(self.stage, line)
+        from .config import ConfigError
+        from .staging import stage
+        try:
+            return str(stage(args.src, args.dst, checksum=args.checksum))
+        except (ConfigError, ValueError, OSError, ImportError) as exc:
+            raise UsageError(f"%stage: {exc}") from None
+
+
 def line_magic_names(magics_cls) -> list[str]:
     return list(magics_cls.magics["line"])
 

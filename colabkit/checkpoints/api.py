@@ -60,11 +60,13 @@ class Checkpoints:
     keep: committed checkpoints kept per folder (older ones are deleted only after a newer one is committed).
     keep_every: also keep one checkpoint per this interval ("6h"), like tf.train.CheckpointManager.
     local_dir: override the local staging folder (default: under the configured cache_dir).
+    resume_from: a Google Drive share link to a checkpoint (folder, or .zip/.tar of one): restored when
+    ``directory`` has none yet; training then continues into ``directory``.
 
     One writer per folder is assumed. At interpreter exit, pending uploads get up to 60 s to finish.
     """
 
-    def __init__(self, directory, *, keep: int | None = None, keep_every=None, local_dir=None):
+    def __init__(self, directory, *, keep: int | None = None, keep_every=None, local_dir=None, resume_from=None):
         if directory is None or (isinstance(directory, str) and not directory.strip()):
             raise ValueError(f"directory={directory!r} is empty: pass a checkpoint folder such as "
                              f"\"drive:runs/mnist\" or \"checkpoints/mnist\".")
@@ -72,6 +74,10 @@ class Checkpoints:
         self.keep = _validate_keep(settings.keep if keep is None else keep)
         from ..units import parse_duration
         self.keep_every = None if keep_every is None else parse_duration(keep_every, name="keep_every")
+        if resume_from is not None:  # a shared link, pulled when `directory` has no checkpoint yet
+            from ..links import parse_link
+            parse_link(resume_from)
+        self.resume_from = resume_from
         self.location = directory
         self.destination = resolve(directory)
         local = Path(local_dir) if local_dir is not None else local_cache_for(
@@ -164,9 +170,15 @@ class Checkpoints:
 
         Files are checked against the manifest (sizes and sha256); a damaged checkpoint gives a warning
         and the previous valid one is used. ``into`` maps state names to TensorFlow objects (models,
-        tf.Variables, tf.Module) that are restored in place.
+        tf.Variables, tf.Module) that are restored in place. With ``resume_from`` (a shared link) and no
+        checkpoint of its own yet, the shared checkpoint is downloaded, verified and restored first.
         """
-        for info in sorted(self._candidates().values(), key=CheckpointInfo.order_key, reverse=True):
+        candidates = self._candidates()
+        if not candidates and self.resume_from is not None:
+            from ..links import pull_checkpoint
+            pulled = pull_checkpoint(self.resume_from, self.local)
+            candidates = {pulled.name: pulled}
+        for info in sorted(candidates.values(), key=CheckpointInfo.order_key, reverse=True):
             from_local = info.path.parent == self.local.path
             try:
                 if from_local:

@@ -77,6 +77,11 @@ class DriveApiFolder:
                 break
         return sorted(found, key=CheckpointInfo.order_key)
 
+    def leftovers(self) -> list[str]:
+        """Names of checkpoint folders without a valid manifest (interrupted uploads), sorted."""
+        committed = {c.name for c in self.committed()}
+        return sorted(name for name in self._folders() if name not in committed)
+
     def _folder_id(self, info: CheckpointInfo) -> str:
         if info.name not in self._ids:
             self.committed()
@@ -179,6 +184,14 @@ class DriveApiFolder:
                     del self._ids[name]
                 deleted.append(name)
         return deleted
+
+
+    def remove_all(self) -> None:
+        """Delete this checkpoint folder from Drive (AutoResume's delete_checkpoint=True)."""
+        root = self._root(create=False)
+        if root is not None:
+            self.client.delete(root)
+        self._root_id, self._ids = None, {}
 
 
 class _HashSink:

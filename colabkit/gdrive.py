@@ -1,0 +1,434 @@
+"""Google Drive through its API (pydrive2): credentials, folder paths, resumable transfers with retries.
+
+Credentials (``drive_credentials`` setting, default ``<config dir>/drive-credentials.json``) are either a
+service-account key (JSON with ``"type": "service_account"``) or OAuth tokens saved by
+``colabkit drive login``. They are written with 0600 permissions and never printed.
+
+Every failure surfaces as an OSError subclass (DriveError), so the checkpoint uploader's retry path applies.
+Transient answers (5xx, 429, 403 rateLimitExceeded/userRateLimitExceeded, dropped connections) are retried
+with exponential back-off; large uploads use Drive's resumable protocol and continue from the last byte
+the server acknowledged. pydrive2 is imported on first use only.
+
+``COLABKIT_DRIVE_API_ROOT`` points the client at a Drive-compatible endpoint (the test suite's local server).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+from . import config as _config
+from .optional import require
+
+log = logging.getLogger("colabkit")
+
+FOLDER_MIME = "application/vnd.google-apps.folder"
+SCOPES = ["https://www.googleapis.com/auth/drive"]
+CHUNK = 8 << 20                 # resumable upload chunk (a multiple of 256 KiB)
+TRIES = 6                       # attempts per request before giving up (the uploader retries again later)
+BACKOFF_START, BACKOFF_MAX = 0.5, 16.0
+_RETRY_REASONS = {"rateLimitExceeded", "userRateLimitExceeded", "backendError", "internalError"}
+
+
+class DriveError(OSError):
+    """A Drive API request failed (after retries, when the failure was transient)."""
+
+
+class DriveAuthError(DriveError, PermissionError):
+    """Missing, invalid or revoked Drive credentials."""
+
+
+class DriveNotFound(DriveError, FileNotFoundError):
+    """A Drive file or folder (by id or path) does not exist or is not visible to this account."""
+
+
+def credentials_path(settings: _config.Settings | None = None) -> Path:
+    settings = settings or _config.load()
+    if settings.drive_credentials != _config.AUTO:
+        return Path(settings.drive_credentials)
+    return settings.config_file.parent / "drive-credentials.json"
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a secret: 0600 from the first byte (no window where others can read it), replaced atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _status_reason(exc) -> tuple[int | None, str]:
+    """(HTTP status, first error reason) of a googleapiclient HttpError or pydrive2 ApiRequestError."""
+    resp = getattr(exc, "resp", None)
+    if resp is None and exc.args and hasattr(exc.args[0], "resp"):
+        return _status_reason(exc.args[0])
+    status = getattr(resp, "status", None)
+    reason = ""
+    try:
+        content = json.loads(getattr(exc, "content", b"") or b"{}")
+        reason = content.get("error", {}).get("errors", [{}])[0].get("reason", "")
+    except (ValueError, AttributeError):
+        pass
+    return (int(status) if status is not None else None), reason
+
+
+def _classify(exc, what: str) -> tuple[bool, OSError]:
+    """(retryable, the OSError to raise) for an exception from the Drive client."""
+    errors = require("googleapiclient.errors", "drive", "Google Drive access")
+    oauth2 = require("oauth2client.client", "drive", "Google Drive access")
+    httplib2 = require("httplib2", "drive", "Google Drive access")
+    if isinstance(exc, oauth2.AccessTokenRefreshError) or isinstance(exc, oauth2.AccessTokenCredentialsError):
+        return False, DriveAuthError(
+            f"Google Drive refused the credentials while {what} ({exc}). They may be revoked or expired: run "
+            f"`colabkit drive login` again (or point drive_credentials at a valid service-account key).")
+    if isinstance(exc, errors.HttpError) or type(exc).__name__ == "ApiRequestError":
+        status, reason = _status_reason(exc)
+        if status == 401:
+            return False, DriveAuthError(f"Google Drive rejected the credentials while {what} (401). "
+                                         f"Run `colabkit drive login` again.")
+        if status == 404:
+            return False, DriveNotFound(f"Google Drive has no such file or folder while {what} (404), or it "
+                                        f"is not shared with this account.")
+        retry = status is not None and (status >= 500 or status == 429 or
+                                        (status == 403 and reason in _RETRY_REASONS))
+        return retry, DriveError(f"Google Drive answered {status} {reason} while {what}")
+    if isinstance(exc, (httplib2.HttpLib2Error, ConnectionError, TimeoutError)):
+        return True, DriveError(f"cannot reach Google Drive while {what} ({type(exc).__name__}: {exc})")
+    if isinstance(exc, DriveError):
+        return False, exc
+    if isinstance(exc, OSError):
+        return True, DriveError(f"network error while {what} ({exc})")
+    raise exc
+
+
+def retrying(fn, what: str):
+    """Call ``fn()`` with retries on transient Drive errors; raises DriveError (an OSError) otherwise."""
+    delay = BACKOFF_START
+    for attempt in range(1, TRIES + 1):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - classified below
+            retry, error = _classify(exc, what)
+            if not retry or attempt == TRIES:
+                raise error from exc
+            log.debug("colabkit: %s; retrying in %.1fs", error, delay)
+            time.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(delay * 2, BACKOFF_MAX)
+
+
+class DriveClient:
+    """An authorised pydrive2 client with the few operations colabkit needs."""
+
+    def __init__(self, gauth, source: str):
+        pydrive_drive = require("pydrive2.drive", "drive", "Google Drive access")
+        self.auth = gauth
+        self.source = source
+        self.drive = pydrive_drive.GoogleDrive(gauth)
+        self._about = None
+        self._reported: set = set()
+
+    # -- basics ----------------------------------------------------------------------------------------
+    def http(self):
+        """This thread's authorised HTTP object (httplib2 is not thread-safe)."""
+        local = self.auth.thread_local
+        if getattr(local, "http", None) is None:
+            local.http = self.auth.Get_Http_Object()
+        return local.http
+
+    def about(self) -> dict:
+        if self._about is None:
+            self._about = retrying(lambda: self.drive.GetAbout(), "reading the account")
+        return self._about
+
+    def whoami(self) -> str:
+        user = self.about().get("user", {})
+        return f"{user.get('displayName', '?')} <{user.get('emailAddress', '?')}>"
+
+    def list(self, q: str, what: str) -> list[dict]:
+        items = retrying(lambda: self.drive.ListFile({"q": q, "maxResults": 1000}).GetList(), what)
+        return [dict(f) for f in items]
+
+    def children(self, parent_id: str, *, title: str | None = None, folders: bool | None = None) -> list[dict]:
+        """Non-trashed children, oldest first (createdDate, then id: deterministic)."""
+        q = f"'{_q(parent_id)}' in parents and trashed = false"
+        if title is not None:
+            q += f" and title = '{_q(title)}'"
+        if folders is not None:
+            q += f" and mimeType {'=' if folders else '!='} '{FOLDER_MIME}'"
+        items = self.list(q, f"listing folder {parent_id}")
+        return sorted(items, key=lambda f: (f.get("createdDate", ""), f["id"]))
+
+    def pick(self, items: list[dict], where: str) -> dict | None:
+        """Newest of same-named items (Drive allows duplicates); duplicates are reported once."""
+        if not items:
+            return None
+        if len(items) > 1:
+            key = (where, tuple(i["id"] for i in items))
+            if key not in self._reported:
+                self._reported.add(key)
+                log.warning("colabkit: %d items named %r in %s on Google Drive; using the newest (%s)",
+                            len(items), items[-1]["title"], where, items[-1]["id"])
+        return items[-1]
+
+    def get(self, file_id: str) -> dict:
+        f = self.drive.CreateFile({"id": file_id})
+        retrying(lambda: f.FetchMetadata(), f"reading Drive item {file_id}")
+        return dict(f)
+
+    def folder(self, path: str, *, create: bool, root: str = "root") -> str | None:
+        """The id of a folder path below ``root``; None when missing and not ``create``."""
+        parent, where = root, "My Drive" if root == "root" else root
+        for part in [p for p in path.split("/") if p]:
+            found = self.pick(self.children(parent, title=part, folders=True), where)
+            if found is None:
+                if not create:
+                    return None
+                found = self.mkdir(parent, part)
+            parent, where = found["id"], f"{where}/{part}"
+        return parent
+
+    def mkdir(self, parent_id: str, title: str) -> dict:
+        f = self.drive.CreateFile({"title": title, "mimeType": FOLDER_MIME, "parents": [{"id": parent_id}]})
+        retrying(lambda: f.Upload(), f"creating folder {title!r}")
+        return dict(f)
+
+    def delete(self, file_id: str) -> None:
+        f = self.drive.CreateFile({"id": file_id})
+        try:
+            retrying(lambda: f.Delete(), f"deleting Drive item {file_id}")
+        except DriveNotFound:
+            pass
+
+    # -- transfers -------------------------------------------------------------------------------------
+    def upload(self, local: Path, parent_id: str, title: str, *, progress=None) -> dict:
+        """Upload a file with Drive's resumable protocol: chunk failures resume at the acknowledged byte."""
+        http_mod = require("googleapiclient.http", "drive", "Google Drive uploads")
+        media = http_mod.MediaFileUpload(str(local), mimetype="application/octet-stream", chunksize=CHUNK,
+                                         resumable=True)
+        try:
+            request = self.auth.service.files().insert(
+                body={"title": title, "parents": [{"id": parent_id}], "mimeType": "application/octet-stream"},
+                media_body=media, supportsAllDrives=True)
+            response, sent = None, 0
+            while response is None:
+                status, response = retrying(lambda: request.next_chunk(http=self.http()),
+                                            f"uploading {local.name}")
+                if progress is not None and status is not None:
+                    progress(status.resumable_progress - sent)
+                    sent = status.resumable_progress
+            if progress is not None:
+                progress(int(response.get("fileSize", sent)) - sent)
+            return response
+        finally:
+            media.stream().close()
+
+    def download(self, file_id: str, out, *, what: str, progress=None) -> None:
+        """Write a file's bytes into the binary file object ``out`` (chunked; resumes after errors)."""
+        http_mod = require("googleapiclient.http", "drive", "Google Drive downloads")
+        request = self.auth.service.files().get_media(fileId=file_id, supportsAllDrives=True)
+        request.http = self.http()           # this thread's connection
+        downloader = http_mod.MediaIoBaseDownload(out, request, chunksize=CHUNK)
+        done, got = False, 0
+        while not done:
+            status, done = retrying(lambda: downloader.next_chunk(), what)
+            if progress is not None and status is not None:
+                progress(status.resumable_progress - got)
+                got = status.resumable_progress
+
+    def read_bytes(self, file_id: str, what: str) -> bytes:
+        import io
+        buf = io.BytesIO()
+        self.download(file_id, buf, what=what)
+        return buf.getvalue()
+
+    def walk(self, folder_id: str, prefix: str = "") -> dict[str, dict]:
+        """rel path -> newest file metadata, for every file below a folder."""
+        found: dict[str, list] = {}
+        for item in self.children(folder_id):
+            rel = f"{prefix}{item['title']}"
+            if item.get("mimeType") == FOLDER_MIME:
+                for sub_rel, sub in self.walk(item["id"], rel + "/").items():
+                    found.setdefault(sub_rel, []).append(sub)
+            else:
+                found.setdefault(rel, []).append(item)
+        return {rel: self.pick(items, folder_id) for rel, items in found.items()}
+
+
+def _q(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+# -- authentication -------------------------------------------------------------------------------------
+_CLIENTS: dict = {}
+_LOCK = threading.Lock()
+
+
+def _api_root() -> str | None:
+    root = os.environ.get("COLABKIT_DRIVE_API_ROOT", "").strip()
+    return root.rstrip("/") or None
+
+
+def _build_service(gauth) -> None:
+    root = _api_root()
+    if root:  # a Drive-compatible endpoint: the bundled discovery document with its rootUrl replaced
+        discovery = require("googleapiclient.discovery", "drive", "Google Drive access")
+        from googleapiclient.discovery_cache import get_static_doc
+        doc = json.loads(get_static_doc("drive", "v2"))
+        doc["rootUrl"] = root + "/"
+        doc["baseUrl"] = root + "/" + doc["servicePath"]
+        gauth.service = discovery.build_from_document(doc, http=gauth.http)
+
+
+def _load_credentials(path: Path):
+    """(pydrive2 GoogleAuth, kind) from a service-account key or saved OAuth tokens; nothing is printed."""
+    require("pydrive2", "drive", "Google Drive access")
+    from pydrive2.auth import GoogleAuth
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DriveAuthError(
+            f"No Google Drive credentials at {path}. Run `colabkit drive login --service-account KEY.json` or "
+            f"`colabkit drive login --client-secrets client_secrets.json`, or set drive_credentials "
+            f"(COLABKIT_DRIVE_CREDENTIALS) to a service-account key.") from None
+    try:
+        data = json.loads(raw)
+        kind = "service_account" if data.get("type") == "service_account" else "oauth"
+    except (ValueError, AttributeError):
+        raise DriveAuthError(f"{path} is not a Google credentials JSON file; run `colabkit drive login`.") from None
+    if kind == "service_account":
+        gauth = GoogleAuth(settings={"client_config_backend": "service", "oauth_scope": SCOPES,
+                                     "service_config": {"client_json_dict": data, "client_user_email": None}})
+        try:
+            gauth.ServiceAuth()
+        except Exception as exc:  # noqa: BLE001 - malformed keys raise many kinds
+            raise DriveAuthError(f"The service-account key {path} cannot be used ({type(exc).__name__}: "
+                                 f"{exc}). Download a fresh JSON key from the Google Cloud console.") from None
+    else:
+        from oauth2client.client import Credentials
+        try:
+            creds = Credentials.new_from_json(raw.decode())
+        except Exception:  # noqa: BLE001
+            raise DriveAuthError(f"{path} does not hold saved Drive credentials; run `colabkit drive login`.") from None
+        gauth = GoogleAuth(settings={"client_config_backend": "settings", "oauth_scope": SCOPES,
+                                     "client_config": {"client_id": getattr(creds, "client_id", ""),
+                                                       "client_secret": getattr(creds, "client_secret", "")}})
+        gauth.credentials = creds
+    return gauth, kind
+
+
+def connect(settings: _config.Settings | None = None, *, fresh: bool = False) -> DriveClient:
+    """An authorised client for the configured credentials; the token is checked now (fails fast)."""
+    path = credentials_path(settings)
+    key = (str(path), _api_root())
+    with _LOCK:
+        if not fresh and key in _CLIENTS:
+            return _CLIENTS[key]
+        gauth, kind = _load_credentials(path)
+
+        def authorize():
+            if gauth.access_token_expired and kind == "oauth":
+                gauth.Refresh()
+            gauth.Authorize()
+            _build_service(gauth)
+            gauth.credentials.get_access_token(gauth.Get_Http_Object())
+        try:
+            retrying(authorize, f"signing in with {path.name}")
+        except DriveError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - pydrive2's own auth errors
+            raise DriveAuthError(f"Google Drive sign-in with {path} failed ({exc}). Run `colabkit drive login` "
+                                 f"again.") from None
+        client = DriveClient(gauth, str(path))
+        _CLIENTS[key] = client
+        return client
+
+
+def forget_clients() -> None:
+    """Drop cached clients (after a new login)."""
+    with _LOCK:
+        _CLIENTS.clear()
+
+
+def login(*, service_account=None, client_secrets=None, code_input=input, out=print,
+          settings: _config.Settings | None = None) -> str:
+    """Set up Drive credentials; returns who is signed in. The secret itself is never printed.
+
+    service_account: a service-account key JSON: copied to the credentials path (0600).
+    client_secrets: an OAuth client ("installed app") JSON: prints a consent URL, then reads the code (or
+    the whole redirected URL, from a browser on another machine) and saves the tokens (0600).
+    """
+    path = credentials_path(settings)
+    if (service_account is None) == (client_secrets is None):
+        raise ValueError("Pass exactly one of --service-account KEY.json or --client-secrets CLIENT.json.")
+    if service_account is not None:
+        src = Path(service_account).expanduser()
+        try:
+            data = json.loads(src.read_bytes())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"The service-account key {src} does not exist.") from None
+        except ValueError:
+            raise ValueError(f"{src} is not JSON; expected a service-account key file from the Google Cloud "
+                             f"console.") from None
+        if not isinstance(data, dict) or data.get("type") != "service_account" or "private_key" not in data:
+            raise ValueError(f"{src} is not a service-account key (no \"type\": \"service_account\" / "
+                             f"private_key). For a user account pass --client-secrets.")
+        old = path.read_bytes() if path.exists() else None
+        write_private(path, json.dumps(data).encode())
+    else:
+        require("pydrive2", "drive", "Google Drive sign-in")
+        from pydrive2.auth import GoogleAuth
+        src = Path(client_secrets).expanduser()
+        if not src.is_file():
+            raise FileNotFoundError(f"The OAuth client file {src} does not exist.")
+        gauth = GoogleAuth(settings={"client_config_backend": "file", "client_config_file": str(src),
+                                     "oauth_scope": SCOPES, "get_refresh_token": True})
+        try:
+            gauth.GetFlow()
+        except Exception as exc:  # noqa: BLE001
+            raise ValueError(f"{src} is not a usable OAuth client file ({exc}).") from None
+        gauth.flow.redirect_uri = "http://localhost:1"
+        out("Open this URL in a browser (any machine), allow access, then paste the code or the whole address "
+            "the browser was sent to (it may show an error page; the address holds the code):")
+        out("    " + gauth.GetAuthUrl())
+        answer = code_input("Code or redirected URL: ").strip()
+        if "code=" in answer:
+            import urllib.parse
+            answer = urllib.parse.parse_qs(urllib.parse.urlsplit(answer).query).get("code", [""])[0]
+        if not answer:
+            raise ValueError("No authorization code was entered.")
+        try:
+            gauth.credentials = gauth.flow.step2_exchange(answer)
+        except Exception as exc:  # noqa: BLE001
+            raise DriveAuthError(f"Google refused the authorization code ({exc}); start `colabkit drive login` "
+                                 f"again and paste a fresh code.") from None
+        old = path.read_bytes() if path.exists() else None
+        write_private(path, gauth.credentials.to_json().encode())
+    forget_clients()
+    try:
+        return connect(settings).whoami()
+    except DriveError:
+        if old is not None:
+            write_private(path, old)
+        else:
+            path.unlink(missing_ok=True)
+        forget_clients()
+        raise
+
+
+def fingerprint(path: Path) -> str:
+    """A short non-secret id of a credentials file (for messages), never its contents."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:8]

@@ -1,0 +1,233 @@
+"""Google Drive shared links ("Anyone with the link"): parse, download with gdown, pull a shared checkpoint.
+
+A downloaded checkpoint is untrusted input: its manifest must pass its self-check, it may hold only the
+data formats colabkit writes (``arrays.npz`` read without pickle, ``state.json``, a TensorFlow variables
+checkpoint under ``tf/``), archive members may not escape the folder, and every file must match the
+manifest's sha256 before it becomes a local checkpoint. Downloads go to a temporary folder beside the
+destination and are moved into place only when complete: a failure leaves nothing at the destination.
+gdown is imported on first use.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import urllib.parse
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from .optional import require
+
+log = logging.getLogger("colabkit")
+
+_HOSTS = ("drive.google.com", "docs.google.com", "drive.usercontent.google.com")
+_ID = r"[-\w]{10,}"
+_FOLDER_PATHS = (rf"^/drive/(?:u/\d+/)?folders/({_ID})/?$", rf"^/embeddedfolderview$")
+_FILE_PATHS = (rf"^/file/(?:u/\d+/)?d/({_ID})(?:/(?:view|edit|preview))?/?$", r"^/(?:uc|open|download)$")
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+_SAFE_CHECKPOINT_FILE = re.compile(r"^(arrays\.npz|state\.json|tf/ckpt\.index|tf/ckpt\.data-\d{5}-of-\d{5})$")
+
+
+class LinkError(OSError):
+    """A shared link is malformed, points nowhere, or does not hold what was asked for."""
+
+
+def parse_link(url) -> tuple[str, str]:
+    """("folder" | "file", id) of a Google Drive share link; raises ValueError naming what is wrong."""
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError(f"{url!r} is not a link; pass a Google Drive share link such as "
+                         f"https://drive.google.com/drive/folders/<id> or https://drive.google.com/file/d/<id>/view.")
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not a URL; expected a Google Drive share link "
+                         f"(https://drive.google.com/...).")
+    if parts.hostname not in _HOSTS:
+        raise ValueError(f"{url!r} is not a Google Drive link (host {parts.hostname}); expected "
+                         f"https://drive.google.com/drive/folders/<id> or https://drive.google.com/file/d/<id>/view.")
+    query = urllib.parse.parse_qs(parts.query)
+    for kind, patterns in (("folder", _FOLDER_PATHS), ("file", _FILE_PATHS)):
+        for pattern in patterns:
+            m = re.match(pattern, parts.path)
+            if m:
+                found = m.group(1) if m.groups() else (query.get("id") or [""])[0]
+                if re.fullmatch(_ID, found or ""):
+                    return kind, found
+                raise ValueError(f"The link {url!r} has no file or folder id; copy the whole link from Drive's "
+                                 f"Share dialog (\"Anyone with the link\").")
+    raise ValueError(f"The link {url!r} has no file or folder id; copy the whole link from Drive's Share dialog "
+                     f"(it looks like https://drive.google.com/drive/folders/<id>).")
+
+
+def is_link(text) -> bool:
+    return isinstance(text, str) and text.strip().lower().startswith(("http://", "https://"))
+
+
+def _download(kind: str, file_id: str, into: Path, *, quiet: bool) -> Path:
+    """Download into the empty folder ``into``; returns the file or folder written there."""
+    gdown = require("gdown", "drive", "Downloading Google Drive shared links")
+    from gdown.exceptions import FileURLRetrievalError
+    try:
+        from gdown.exceptions import DownloadError
+    except ImportError:  # older gdown
+        DownloadError = FileURLRetrievalError
+    what = f"shared {kind} {file_id}"
+    try:
+        if kind == "folder":
+            target = into / "folder"
+            files = gdown.download_folder(id=file_id, output=str(target), quiet=quiet)
+            if files is None:
+                raise LinkError(f"Google Drive would not list the {what}")
+            return target
+        out = gdown.download(id=file_id, output=str(into) + os.sep, quiet=quiet)
+        if not out:
+            raise LinkError(f"Google Drive returned nothing for the {what}")
+        return Path(out)
+    except (FileURLRetrievalError, DownloadError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LinkError(f"Cannot download the {what}: it does not exist, or it is not shared as \"Anyone with "
+                        f"the link\" ({first}).") from None
+    except OSError as exc:
+        if isinstance(exc, LinkError):
+            raise
+        raise LinkError(f"Cannot download the {what} ({type(exc).__name__}: {exc}).") from None
+    except Exception as exc:  # noqa: BLE001 - requests' errors and gdown's parse errors
+        raise LinkError(f"Cannot download the {what} ({type(exc).__name__}: {exc}).") from None
+
+
+def fetch(url: str, dest, *, quiet: bool = False) -> Path:
+    """Download a shared file or folder into the folder ``dest`` (created); returns the downloaded path.
+
+    A file lands as ``dest/<its name>``; a folder's contents land in ``dest`` (which must be empty or absent).
+    gdown shows a progress bar per file unless ``quiet``. Nothing is left at ``dest`` on failure.
+    """
+    kind, file_id = parse_link(url)
+    dest = Path(os.path.expanduser(str(dest))).absolute()
+    if kind == "folder" and dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise FileExistsError(f"{dest} exists and is not an empty folder; pass a new folder for the shared folder.")
+    if dest.exists() and not dest.is_dir():
+        raise FileExistsError(f"{dest} is a file; pass a folder to download into.")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.fetch-", dir=dest.parent))
+    try:
+        got = _download(kind, file_id, tmp, quiet=quiet)
+        if kind == "folder":
+            if dest.exists():
+                dest.rmdir()
+            os.replace(got, dest)
+            return dest
+        dest.mkdir(exist_ok=True)
+        final = dest / got.name
+        if final.exists():
+            raise FileExistsError(f"{final} exists already; remove it or pass another folder.")
+        os.replace(got, final)
+        return final
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- archives -------------------------------------------------------------------------------------------
+def is_archive(name) -> bool:
+    return str(name).lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def extract_archive(archive: Path, into: Path) -> None:
+    """Extract a .zip/.tar/.tar.gz into ``into``: regular files and folders only, no member outside it."""
+    into.mkdir(parents=True, exist_ok=True)
+    root = into.resolve()
+
+    def safe(name: str) -> Path:
+        rel = PurePosixPath(name.replace("\\", "/"))
+        target = (root / rel).resolve()
+        if rel.is_absolute() or ".." in rel.parts or root not in (target, *target.parents):
+            raise LinkError(f"{archive.name} holds {name!r}, which points outside the folder; refusing it.")
+        return target
+
+    try:
+        if archive.name.lower().endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                for info in zf.infolist():
+                    target = safe(info.filename)
+                    if (info.external_attr >> 16) & 0o170000 == 0o120000:
+                        raise LinkError(f"{archive.name} holds a symbolic link ({info.filename}); refusing it.")
+                    if info.is_dir():
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with zf.open(info) as src, open(target, "wb") as out:
+                        shutil.copyfileobj(src, out, 4 << 20)
+        else:
+            with tarfile.open(archive) as tf:
+                for member in tf:
+                    target = safe(member.name)
+                    if member.isdir():
+                        target.mkdir(parents=True, exist_ok=True)
+                    elif member.isfile():
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        with tf.extractfile(member) as src, open(target, "wb") as out:
+                            shutil.copyfileobj(src, out, 4 << 20)
+                    else:
+                        raise LinkError(f"{archive.name} holds {member.name!r}, which is not a regular file or "
+                                        f"folder (a link or device); refusing it.")
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+        raise LinkError(f"{archive.name} is not a readable archive ({exc}).") from None
+
+
+# -- shared checkpoints ----------------------------------------------------------------------------------
+def _find_checkpoint(folder: Path, url: str):
+    from .checkpoints import manifest as _manifest
+    from .checkpoints.folder import CheckpointInfo
+    candidates = [folder] + sorted(p for p in folder.rglob("*") if p.is_dir())
+    found, problems = [], []
+    for path in candidates:
+        if not (path / _manifest.MANIFEST_NAME).is_file():
+            continue
+        try:
+            manifest = _manifest.loads((path / _manifest.MANIFEST_NAME).read_bytes(), where=f"{url} ({path.name})")
+        except _manifest.ManifestError as exc:
+            problems.append(str(exc))
+            continue
+        found.append(CheckpointInfo(path, manifest))
+    if not found:
+        detail = f" ({problems[0]})" if problems else ""
+        raise LinkError(f"{url} does not hold a colabkit checkpoint: no valid {_manifest.MANIFEST_NAME} in it{detail}. "
+                        f"Share the checkpoint folder (or a .zip/.tar of it) that AutoResume/Checkpoints wrote.")
+    return max(found, key=CheckpointInfo.order_key)
+
+
+def pull_checkpoint(url: str, into, *, quiet: bool = True):
+    """Download a shared checkpoint (folder, a folder of checkpoints, or a .zip/.tar of either), check it,
+    and commit it into the local CheckpointFolder ``into``. Returns its CheckpointInfo there."""
+    from .checkpoints.folder import _NAME, CheckpointInfo, CorruptCheckpoint, new_name
+    kind, file_id = parse_link(url)
+    into.path.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".shared-", dir=into.path.parent))
+    try:
+        got = _download(kind, file_id, tmp, quiet=quiet)
+        if kind == "file":
+            if not is_archive(got.name):
+                raise LinkError(f"{url} is a file named {got.name!r}, not a checkpoint; share the checkpoint folder "
+                                f"or a .zip/.tar(.gz) of it.")
+            extract_archive(got, tmp / "extracted")
+            got = tmp / "extracted"
+        info = _find_checkpoint(got, url)
+        unsafe = sorted(rel for rel in info.manifest["files"] if not _SAFE_CHECKPOINT_FILE.match(rel))
+        if unsafe:
+            raise LinkError(f"The shared checkpoint at {url} lists files colabkit does not read "
+                            f"({', '.join(unsafe[:3])}); only arrays.npz, state.json and tf/ckpt.* are accepted.")
+        name = info.path.name if _NAME.match(info.path.name) else new_name(info.step)
+        staged = info.path.with_name(name)
+        if staged != info.path:
+            os.replace(info.path, staged)
+        try:
+            committed = into.copy_in(CheckpointInfo(staged, info.manifest), check_hashes=True, durable=False)
+        except FileNotFoundError as exc:
+            raise LinkError(f"The shared checkpoint at {url} is incomplete: {exc.filename} is missing.") from None
+        except CorruptCheckpoint as exc:
+            raise LinkError(f"The shared checkpoint at {url} does not match its manifest ({exc}); not used.") from None
+        log.info("colabkit: pulled checkpoint step %s from %s", committed.step, url)
+        return committed
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,186 @@
+"""colabkit.stage: folder and archive sources (path, drive:, gdrive://, link), cache hits, resume, disk full."""
+import errno
+import os
+import shutil
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import colabkit
+from colabkit import staging
+from colabkit.cli import main
+
+
+_REAL_SENDFILE = os.sendfile
+
+
+def make_tree(root: Path, n=30, big=0):
+    (root / "imgs" / "a").mkdir(parents=True)
+    for i in range(n):
+        (root / "imgs" / ("a" if i % 2 else "") / f"{i:03d}.bin").write_bytes(os.urandom(100 + i))
+    if big:
+        (root / "big.bin").write_bytes(os.urandom(big))
+    return root
+
+
+def tree(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and staging.STATE_DIR not in p.parts}
+
+
+def count_sendfile(monkeypatch, fail_after=None):
+    """Count bytes through os.sendfile; optionally make the source 'drop' (ENOTCONN, like a Drive mount)
+    after ``fail_after`` calls."""
+    real, calls = _REAL_SENDFILE, {"n": 0, "bytes": 0}
+
+    def sendfile(out_fd, in_fd, offset, count):
+        calls["n"] += 1
+        if fail_after is not None and calls["n"] > fail_after:
+            raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+        sent = real(out_fd, in_fd, offset, count)
+        calls["bytes"] += sent
+        return sent
+    monkeypatch.setattr(os, "sendfile", sendfile)
+    return calls
+
+
+def test_folder_is_copied_then_cached_then_refreshed(tmp_path, monkeypatch, capsys):
+    src = make_tree(tmp_path / "data", big=300_000)
+    out = colabkit.stage(str(src), tmp_path / "local")
+    assert out == tmp_path / "local" and tree(out) == tree(src)
+    assert "files" in capsys.readouterr().err, "a tqdm bar with bytes and a file count"
+    calls = count_sendfile(monkeypatch)
+    assert colabkit.stage(str(src), tmp_path / "local") == out and calls["n"] == 0, "unchanged: a no-op"
+    (src / "imgs" / "001.bin").write_bytes(b"changed")            # size and mtime change
+    (src / "imgs" / "000.bin").unlink()
+    assert colabkit.stage(str(src), tmp_path / "local") == out
+    assert tree(out) == tree(src) and calls["bytes"] == len(b"changed"), "only the changed file is copied"
+
+
+def test_checksum_mode_notices_same_size_same_mtime_changes(tmp_path):
+    src = make_tree(tmp_path / "data", n=4)
+    out = colabkit.stage(str(src), tmp_path / "local", checksum=True, quiet=True)
+    f = src / "imgs" / "000.bin"
+    st = f.stat()
+    f.write_bytes(b"X" * st.st_size)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert colabkit.stage(str(src), out, quiet=True) and (out / "imgs" / "000.bin").read_bytes() != f.read_bytes()
+    colabkit.stage(str(src), out, checksum=True, quiet=True)
+    assert (out / "imgs" / "000.bin").read_bytes() == f.read_bytes()
+
+
+def test_interrupted_copy_resumes_without_recopying(tmp_path, monkeypatch):
+    src = make_tree(tmp_path / "data", n=40)
+    calls = count_sendfile(monkeypatch, fail_after=20)
+    with pytest.raises(OSError, match="not connected"):
+        colabkit.stage(str(src), tmp_path / "local", workers=1, quiet=True)
+    assert not list((tmp_path / "local").rglob("*" + staging.PART)), "no partial file is left as data"
+    first = calls["bytes"]
+    calls = count_sendfile(monkeypatch)
+    out = colabkit.stage(str(src), tmp_path / "local", quiet=True)
+    assert tree(out) == tree(src)
+    total = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+    assert calls["bytes"] == total - first, "files finished before the drop are not copied again"
+
+
+@pytest.mark.parametrize("fmt", ["zip", "tar", "tar.gz"])
+def test_archive_is_copied_extracted_and_cached(tmp_path, fmt, monkeypatch):
+    data = make_tree(tmp_path / "data", n=10)
+    archive = tmp_path / f"ds.{fmt}"
+    if fmt == "zip":
+        with zipfile.ZipFile(archive, "w") as zf:
+            for p in data.rglob("*"):
+                zf.write(p, p.relative_to(data))
+    else:
+        with tarfile.open(archive, "w:gz" if fmt.endswith("gz") else "w") as tf:
+            tf.add(data, arcname=".")
+    out = colabkit.stage(str(archive), quiet=True)
+    assert tree(out) == tree(data) and out.parent.name == "datasets" and out.name.startswith("ds-")
+    calls = count_sendfile(monkeypatch)
+    assert colabkit.stage(str(archive), quiet=True) == out and calls["n"] == 0
+
+
+def test_archive_with_escaping_member_is_refused(tmp_path):
+    archive = tmp_path / "evil.tar"
+    with tarfile.open(archive, "w") as tf:
+        info = tarfile.TarInfo("../../escaped.txt"); info.size = 1
+        import io
+        tf.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(OSError, match="outside the folder"):
+        colabkit.stage(str(archive), tmp_path / "local", quiet=True)
+    assert not (tmp_path / "escaped.txt").exists() and not list((tmp_path / "local").glob("*.txt"))
+
+
+def test_drive_colon_gdrive_and_link_sources(tmp_path, gdrive, links, monkeypatch):
+    data = make_tree(tmp_path / "data", n=6, big=600_000)
+    monkeypatch.setenv("COLABKIT_DRIVE_ROOT", str(tmp_path))
+    out = colabkit.stage("drive:data", tmp_path / "via-mount", quiet=True)
+    assert tree(out) == tree(data)
+    # the same tree on Drive's API, and as a share link
+    from drive_api import FOLDER
+    ds = gdrive.state.add("datasets", mime=FOLDER)
+    links.folder(data, title="mnist", parent=ds["id"])
+    out = colabkit.stage("gdrive://datasets/mnist", tmp_path / "via-api", quiet=True)
+    assert tree(out) == tree(data)
+    before = len(gdrive.requests)
+    colabkit.stage("gdrive://datasets/mnist", tmp_path / "via-api", quiet=True)
+    assert not any("alt" in p or m != "GET" for m, p in gdrive.requests[before:]), "cache hit: listings only"
+    assert not [r for r in gdrive.requests[before:] if r[1].startswith("/upload")]
+    url = "https://drive.google.com/drive/folders/" + gdrive.state.find("datasets/mnist")["id"]
+    assert main(["stage", url, str(tmp_path / "via-link")]) == 0
+    assert tree(tmp_path / "via-link") == tree(data)
+    with pytest.raises(FileNotFoundError, match="does not exist on Google Drive"):
+        colabkit.stage("gdrive://datasets/nope", tmp_path / "x", quiet=True)
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        colabkit.stage(str(tmp_path / "missing"), quiet=True)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="not a .zip/.tar"):
+        colabkit.stage(str(tmp_path / "notes.txt"), quiet=True)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "mine.txt").write_text("keep me")
+    make_tree(tmp_path / "data", n=2)
+    with pytest.raises(FileExistsError, match="not made by colabkit.stage"):
+        colabkit.stage(str(tmp_path / "data"), busy, quiet=True)
+    assert (busy / "mine.txt").read_text() == "keep me"
+    assert main(["stage", "https://drive.google.com/drive/folders/", str(tmp_path / "d")]) == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (needs root and mount); skipped with the reason where it cannot be mounted."""
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root; test_disk_full_simulated covers the check")
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_disk_full_is_refused_before_copying(tmp_path, small_disk):
+    src = make_tree(tmp_path / "data", n=4, big=3_000_000)
+    with pytest.raises(staging.InsufficientSpace, match=r"needs 2\.\d MiB|needs 2\.9|needs .* only .* free"):
+        colabkit.stage(str(src), small_disk / "ds", quiet=True)
+    assert not (small_disk / "ds").exists(), "nothing written"
+    with pytest.raises(OSError) as info:
+        colabkit.stage(str(src), small_disk / "ds", quiet=True)
+    assert info.value.errno == errno.ENOSPC
+    assert main(["stage", str(src), str(small_disk / "ds")]) == 1
+
+
+def test_disk_full_simulated(tmp_path, monkeypatch):
+    """Documented simulation for machines without mount rights: disk_usage reports 1 KiB free."""
+    src = make_tree(tmp_path / "data", n=4, big=10_000)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1024, 1024))
+    with pytest.raises(staging.InsufficientSpace, match="only 1.0 KiB is free"):
+        colabkit.stage(str(src), tmp_path / "ds", quiet=True)
+    assert not (tmp_path / "ds").exists()

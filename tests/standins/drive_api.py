@@ -1,0 +1,472 @@
+"""A local stand-in for Google Drive's v2 REST API and its shared-link pages, for the real pydrive2/gdown clients.
+
+One threaded HTTP server on 127.0.0.1 speaks:
+
+* OAuth token endpoint ``POST /token``: JWT-bearer grants (service accounts, the key's ``token_uri`` points
+  here), ``authorization_code`` and ``refresh_token`` grants (OAuth clients). Revoked clients get the real
+  ``400 invalid_grant`` answer.
+* Drive v2 (``/drive/v2/...``, reached through googleapiclient's ``api_endpoint`` client option):
+  ``files.list`` with a ``q`` subset (``'<id>' in parents``, ``title = '...'``, ``mimeType = / != '...'``,
+  ``trashed = false|true`` joined by ``and``), paging (``maxResults``/``pageToken``); ``files.get`` (metadata,
+  or bytes with ``alt=media`` and ``Range``); ``files.insert`` metadata-only, ``uploadType=multipart`` and
+  ``uploadType=resumable`` (session URI, chunked ``PUT`` with ``Content-Range``, ``308`` + ``Range``, status
+  queries ``bytes */N``); ``files.update``/``patch``; ``files.trash``; ``files.delete`` (recursive for
+  folders); ``about.get``. Duplicate titles in a folder are allowed, as on Drive.
+* Shared links as gdown fetches them: ``GET /uc?id=...`` (the file, with ``Content-Disposition``; an HTML
+  "not found" page otherwise) and ``GET /embeddedfolderview?id=...`` (the folder listing page).
+
+Faults: ``server.fail(status, method=None, path=None, reason=None, times=1)`` injects errors (500/503, 403
+``rateLimitExceeded``, 429) on the next matching requests. ``server.requests`` logs ``(method, path)``;
+``server.upload_bytes`` counts chunk bytes received, to tell a resumed upload from a restarted one.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import email.parser
+import email.policy
+import hashlib
+import html
+import itertools
+import json
+import re
+import secrets
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FOLDER = "application/vnd.google-apps.folder"
+ROOT_ID = "0AROOTFOLDER" + "r" * 20
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _error_body(code: int, reason: str, message: str) -> bytes:
+    domain = "usageLimits" if "ate" in reason and "imit" in reason else "global"
+    return json.dumps({"error": {"errors": [{"domain": domain, "reason": reason, "message": message}],
+                                 "code": code, "message": message}}).encode()
+
+
+class DriveState:
+    """The files of the fake Drive. Ids are 33 characters like Drive's, so gdown's link patterns accept them."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.files: dict[str, dict] = {}
+        self.content: dict[str, bytes] = {}
+        self.sessions: dict[str, dict] = {}
+        self._clock = itertools.count(1)
+        self.public: set[str] = set()          # ids shared "anyone with the link"
+
+    def new_id(self) -> str:
+        return "1" + secrets.token_urlsafe(24).replace("-", "x").replace("_", "y")[:32]
+
+    def add(self, title: str, parent: str = ROOT_ID, *, mime: str = "application/octet-stream",
+            data: bytes | None = None, file_id: str | None = None) -> dict:
+        with self.lock:
+            fid = file_id or self.new_id()
+            stamp = _now()
+            meta = {"kind": "drive#file", "id": fid, "title": title, "mimeType": mime,
+                    "parents": [{"id": parent, "isRoot": parent == ROOT_ID}], "labels": {"trashed": False},
+                    "createdDate": stamp, "modifiedDate": stamp, "_seq": next(self._clock)}
+            self.files[fid] = meta
+            if mime != FOLDER:
+                self.set_content(fid, data or b"")
+            return self.public_meta(fid)
+
+    def set_content(self, fid: str, data: bytes) -> None:
+        self.content[fid] = data
+        meta = self.files[fid]
+        meta.update(fileSize=str(len(data)), md5Checksum=hashlib.md5(data).hexdigest(), modifiedDate=_now())
+
+    def public_meta(self, fid: str) -> dict:
+        return {k: v for k, v in self.files[fid].items() if not k.startswith("_")}
+
+    def children(self, parent: str, *, trashed: bool | None = False) -> list[dict]:
+        return [m for m in self.files.values() if any(p["id"] == parent for p in m["parents"])
+                and (trashed is None or m["labels"]["trashed"] == trashed)]
+
+    def find(self, path: str, parent: str = ROOT_ID) -> dict | None:
+        """The newest non-trashed file at a '/'-separated path (test helper)."""
+        meta = None
+        for part in [p for p in path.split("/") if p]:
+            found = sorted((m for m in self.children(parent) if m["title"] == part), key=lambda m: m["_seq"])
+            if not found:
+                return None
+            meta = found[-1]
+            parent = meta["id"]
+        return meta
+
+    def delete(self, fid: str) -> None:
+        for child in self.children(fid, trashed=None):
+            self.delete(child["id"])
+        self.files.pop(fid, None)
+        self.content.pop(fid, None)
+
+
+# -- the q language subset -------------------------------------------------------------------------------
+_CLAUSE = re.compile(r"""\s*(?:'((?:[^'\\]|\\.)*)'\s+in\s+parents|(title|mimeType|trashed)\s*(=|!=)\s*"""
+                     r"""(?:'((?:[^'\\]|\\.)*)'|(true|false)))\s*$""")
+
+
+def _unquote(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def parse_q(q: str):
+    """A predicate for the q subset; raises ValueError (-> 400 invalid query) on anything else."""
+    tests = []
+    for clause in re.split(r"\s+and\s+(?=(?:[^']*'[^']*')*[^']*$)", q.strip()) if q.strip() else []:
+        m = _CLAUSE.match(clause)
+        if not m:
+            raise ValueError(clause)
+        parent, field, op, text, boolean = m.groups()
+        if parent is not None:
+            pid = _unquote(parent)
+            tests.append(lambda f, pid=pid: any(p["id"] == pid or (pid == "root" and p["id"] == ROOT_ID)
+                                                for p in f["parents"]))
+        elif field == "trashed":
+            want = (boolean or text) == "true"
+            tests.append(lambda f, want=want, op=op: (f["labels"]["trashed"] == want) == (op == "="))
+        else:
+            value = _unquote(text)
+            tests.append(lambda f, field=field, value=value, op=op: (f[field] == value) == (op == "="))
+    return lambda f: all(t(f) for t in tests)
+
+
+class DriveServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.state = DriveState()
+        self.tokens: dict[str, str] = {}      # access token -> who it was issued to
+        self.revoked: set[str] = set()        # client emails / client ids whose grants are refused
+        self.codes: dict[str, str] = {}       # authorization code -> client id
+        self.refresh_tokens: dict[str, str] = {}
+        self.user = {"emailAddress": "tester@example.com", "displayName": "Test User"}
+        self.faults: list[dict] = []
+        self.requests: list[tuple[str, str]] = []
+        self.upload_bytes = 0
+        self.slow_chunk_s = 0.0
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.shutdown()
+        self.server_close()
+
+    def fail(self, status: int, *, method: str | None = None, path: str | None = None,
+             reason: str | None = None, times: int = 1) -> None:
+        reason = reason or {403: "rateLimitExceeded", 429: "rateLimitExceeded"}.get(status, "backendError")
+        with self._lock:
+            self.faults.append({"status": status, "method": method, "path": path, "reason": reason, "times": times})
+
+    def take_fault(self, method: str, path: str):
+        with self._lock:
+            for fault in self.faults:
+                if (fault["method"] in (None, method)) and (fault["path"] is None or fault["path"] in path):
+                    fault["times"] -= 1
+                    if fault["times"] <= 0:
+                        self.faults.remove(fault)
+                    return fault
+        return None
+
+    def issue_token(self, who: str) -> str:
+        token = "ya29." + secrets.token_urlsafe(16)
+        self.tokens[token] = who
+        return token
+
+    def issue_code(self, client_id: str) -> str:
+        code = "4/" + secrets.token_urlsafe(12)
+        self.codes[code] = client_id
+        return code
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: DriveServer
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    # -- plumbing --------------------------------------------------------------------------------------
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, body: bytes = b"", ctype: str = "application/json; charset=UTF-8",
+              headers: dict | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj):
+        self._send(status, json.dumps(obj).encode())
+
+    def _error(self, status: int, reason: str, message: str):
+        self._send(status, _error_body(status, reason, message))
+
+    def _dispatch(self):
+        url = urllib.parse.urlsplit(self.path)
+        query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
+        body = self._body()
+        self.server.requests.append((self.command, url.path))
+        path = url.path
+        if path == "/token":
+            return self._token(body)
+        if path in ("/uc", "/embeddedfolderview"):
+            return self._shared(path, query)
+        if path.startswith(("/drive/v2/", "/upload/drive/v2/")):
+            fault = self.server.take_fault(self.command, path)
+            if fault:
+                return self._error(fault["status"], fault["reason"], f"injected {fault['status']}")
+            auth = self.headers.get("Authorization", "")
+            who = self.server.tokens.get(auth[7:]) if auth.startswith("Bearer ") else None
+            if who is None or who in self.server.revoked:     # revoking also voids issued access tokens
+                return self._error(401, "authError", "Invalid Credentials")
+            with self.server.state.lock:
+                return self._drive(path, query, body)
+        return self._send(404, b"<html><title>Not Found</title></html>", "text/html")
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _dispatch
+
+    # -- OAuth -----------------------------------------------------------------------------------------
+    def _token(self, body: bytes):
+        form = {k: v[-1] for k, v in urllib.parse.parse_qs(body.decode()).items()}
+        grant = form.get("grant_type", "")
+        who = None
+        if grant == "urn:ietf:params:oauth:grant-type:jwt-bearer":
+            try:
+                payload = form["assertion"].split(".")[1]
+                claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+                who = claims["iss"]
+            except (KeyError, IndexError, ValueError):
+                return self._json(400, {"error": "invalid_grant", "error_description": "Invalid JWT."})
+            if who in self.server.revoked:
+                return self._json(400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."})
+            return self._json(200, {"access_token": self.server.issue_token(who), "expires_in": 3600,
+                                    "token_type": "Bearer"})
+        if grant == "authorization_code":
+            who = self.server.codes.pop(form.get("code", ""), None)
+            if who is None or who in self.server.revoked:
+                return self._json(400, {"error": "invalid_grant", "error_description": "Malformed auth code."})
+            refresh = "1//" + secrets.token_urlsafe(16)
+            self.server.refresh_tokens[refresh] = who
+            return self._json(200, {"access_token": self.server.issue_token(who), "expires_in": 3600,
+                                    "refresh_token": refresh, "token_type": "Bearer"})
+        if grant == "refresh_token":
+            who = self.server.refresh_tokens.get(form.get("refresh_token", ""))
+            if who is None or who in self.server.revoked:
+                return self._json(400, {"error": "invalid_grant",
+                                        "error_description": "Token has been expired or revoked."})
+            return self._json(200, {"access_token": self.server.issue_token(who), "expires_in": 3600,
+                                    "token_type": "Bearer"})
+        return self._json(400, {"error": "unsupported_grant_type"})
+
+    # -- shared links (what gdown reads) -----------------------------------------------------------------
+    def _shared(self, path: str, query: dict):
+        state = self.server.state
+        fid = query.get("id", "")
+        with state.lock:
+            meta = state.files.get(fid)
+            visible = meta is not None and fid in state.public and not meta["labels"]["trashed"]
+            if path == "/uc":
+                if not visible or meta["mimeType"] == FOLDER:
+                    page = b"<html><head><title>Google Drive - Page Not Found</title></head><body>" \
+                           b"<p class=\"uc-error-subcaption\">Sorry, the file you have requested does not " \
+                           b"exist.</p></body></html>"
+                    return self._send(404, page, "text/html; charset=utf-8")
+                data = state.content[fid]
+                title = urllib.parse.quote(meta["title"])
+                return self._send(200, data, "application/octet-stream",
+                                  {"Content-Disposition": f"attachment; filename=\"{meta['title']}\"; "
+                                                          f"filename*=UTF-8''{title}"})
+            if not visible or meta["mimeType"] != FOLDER:
+                return self._send(404, b"<html><head><title>Error 404 (Not Found)</title></head></html>",
+                                  "text/html; charset=utf-8")
+            links = []
+            for child in sorted(state.children(fid), key=lambda m: m["_seq"]):
+                name = html.escape(child["title"])
+                href = (f"https://drive.google.com/drive/folders/{child['id']}" if child["mimeType"] == FOLDER
+                        else f"https://drive.google.com/file/d/{child['id']}/view?usp=drive_web")
+                links.append(f'<div class="flip-entry"><a href="{href}" target="_blank">'
+                             f'<div class="flip-entry-title">{name}</div></a></div>')
+            page = (f"<!DOCTYPE html><html><head><title>{html.escape(meta['title'])}</title></head><body>"
+                    f"<div class=\"flip-entries\">{''.join(links)}</div></body></html>").encode()
+            return self._send(200, page, "text/html; charset=utf-8")
+
+    # -- Drive v2 --------------------------------------------------------------------------------------
+    def _drive(self, path: str, query: dict, body: bytes):
+        state = self.server.state
+        if path == "/drive/v2/about":
+            return self._json(200, {"kind": "drive#about", "name": self.server.user["displayName"],
+                                    "user": {"kind": "drive#user", **self.server.user},
+                                    "rootFolderId": ROOT_ID})
+        if path.startswith("/upload/drive/v2/files"):
+            return self._upload(path, query, body)
+        m = re.match(r"^/drive/v2/files(?:/([^/]+))?(?:/(trash|untrash))?$", path)
+        if not m:
+            return self._error(404, "notFound", f"no route {path}")
+        fid, action = m.groups()
+        if fid == "root":
+            fid = ROOT_ID
+        if fid is None:
+            if self.command == "GET":
+                return self._list(query)
+            if self.command == "POST":
+                return self._insert(json.loads(body or b"{}"), None)
+            return self._error(405, "badMethod", self.command)
+        if fid != ROOT_ID and fid not in state.files:
+            return self._error(404, "notFound", f"File not found: {fid}")
+        if fid == ROOT_ID:
+            return self._json(200, {"kind": "drive#file", "id": ROOT_ID, "title": "My Drive", "mimeType": FOLDER,
+                                    "parents": [], "labels": {"trashed": False}})
+        if action == "trash" or action == "untrash":
+            state.files[fid]["labels"]["trashed"] = action == "trash"
+            return self._json(200, state.public_meta(fid))
+        if self.command == "GET":
+            if query.get("alt") == "media":
+                return self._media(fid)
+            return self._json(200, state.public_meta(fid))
+        if self.command == "DELETE":
+            state.delete(fid)
+            return self._send(204)
+        if self.command in ("PUT", "PATCH"):
+            self._apply_metadata(fid, json.loads(body or b"{}"))
+            return self._json(200, state.public_meta(fid))
+        return self._error(405, "badMethod", self.command)
+
+    def _list(self, query: dict):
+        state = self.server.state
+        try:
+            match = parse_q(query.get("q", ""))
+        except ValueError as exc:
+            return self._error(400, "invalid", f"Invalid query: {exc}")
+        items = sorted((m for m in state.files.values() if match(m)), key=lambda m: m["_seq"])
+        size = int(query.get("maxResults") or 100)
+        start = int(query.get("pageToken") or 0)
+        page = [state.public_meta(m["id"]) for m in items[start:start + size]]
+        result = {"kind": "drive#fileList", "items": page}
+        if start + size < len(items):
+            result["nextPageToken"] = str(start + size)
+        return self._json(200, result)
+
+    def _media(self, fid: str):
+        data = self.server.state.content.get(fid)
+        if data is None:
+            return self._error(403, "fileNotDownloadable", "Only files with binary content can be downloaded.")
+        rng = self.headers.get("Range")
+        if rng and data:
+            m = re.match(r"bytes=(\d+)-(\d*)", rng)
+            start = int(m.group(1))
+            end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+            if start >= len(data) and data:
+                return self._send(416, b"")
+            chunk = data[start:end + 1]
+            return self._send(206, chunk, "application/octet-stream",
+                              {"Content-Range": f"bytes {start}-{start + len(chunk) - 1}/{len(data)}"})
+        return self._send(200, data, "application/octet-stream")
+
+    def _apply_metadata(self, fid: str, meta: dict):
+        target = self.server.state.files[fid]
+        for key in ("title", "mimeType", "description"):
+            if key in meta:
+                target[key] = meta[key]
+        if "parents" in meta:
+            target["parents"] = [{"id": p["id"], "isRoot": p["id"] in (ROOT_ID, "root")} for p in meta["parents"]]
+        if "labels" in meta and "trashed" in meta["labels"]:
+            target["labels"]["trashed"] = bool(meta["labels"]["trashed"])
+        target["modifiedDate"] = _now()
+
+    def _insert(self, meta: dict, data: bytes | None):
+        state = self.server.state
+        parents = meta.get("parents") or [{"id": ROOT_ID}]
+        parent = parents[0]["id"]
+        parent = ROOT_ID if parent == "root" else parent
+        if parent != ROOT_ID and parent not in state.files:
+            return self._error(404, "notFound", f"File not found: {parent}")
+        created = state.add(meta.get("title") or "Untitled", parent,
+                            mime=meta.get("mimeType") or "application/octet-stream", data=data)
+        return self._json(200, created)
+
+    def _upload(self, path: str, query: dict, body: bytes):
+        state = self.server.state
+        m = re.match(r"^/upload/drive/v2/files(?:/([^/]+))?$", path)
+        fid = m.group(1) if m else None
+        kind = query.get("uploadType")
+        if "upload_id" in query:
+            return self._upload_chunk(query["upload_id"], body)
+        if kind == "multipart":
+            ctype = self.headers.get("Content-Type", "")
+            msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + body)
+            parts = list(msg.iter_parts())
+            meta = json.loads(parts[0].get_payload(decode=True) or b"{}")
+            data = parts[1].get_payload(decode=True) if len(parts) > 1 else b""
+            if fid:
+                self._apply_metadata(fid, meta)
+                state.set_content(fid, data)
+                return self._json(200, state.public_meta(fid))
+            return self._insert(meta, data)
+        if kind == "resumable":
+            meta = json.loads(body or b"{}")
+            upload_id = secrets.token_urlsafe(12)
+            total = self.headers.get("X-Upload-Content-Length")
+            state.sessions[upload_id] = {"meta": meta, "fid": fid, "data": bytearray(),
+                                         "total": int(total) if total else None}
+            location = f"{self.server.root_url}/upload/drive/v2/files?uploadType=resumable&upload_id={upload_id}"
+            return self._send(200, b"", headers={"Location": location})
+        if kind == "media" and fid:
+            state.set_content(fid, body)
+            return self._json(200, state.public_meta(fid))
+        return self._error(400, "badRequest", f"unsupported uploadType {kind!r}")
+
+    def _upload_chunk(self, upload_id: str, body: bytes):
+        state = self.server.state
+        session = state.sessions.get(upload_id)
+        if session is None:
+            return self._error(404, "notFound", "upload session expired")
+        crange = self.headers.get("Content-Range", "")
+        m = re.match(r"bytes (\*|(\d+)-(\d+))/(\*|\d+)", crange)
+        data = session["data"]
+        if m and m.group(4) != "*":
+            session["total"] = int(m.group(4))
+        if m and m.group(1) != "*":
+            start = int(m.group(2))
+            if start != len(data):
+                return self._error(400, "badRequest", f"chunk starts at {start}, have {len(data)}")
+            data.extend(body)
+            self.server.upload_bytes += len(body)
+            if self.server.slow_chunk_s:
+                import time
+                time.sleep(self.server.slow_chunk_s)
+        elif not m and body:   # a single request with the whole body
+            data.extend(body)
+            self.server.upload_bytes += len(body)
+            session["total"] = len(data)
+        if session["total"] is not None and len(data) >= session["total"]:
+            del state.sessions[upload_id]
+            if session["fid"]:
+                self._apply_metadata(session["fid"], session["meta"])
+                state.set_content(session["fid"], bytes(data))
+                return self._json(200, state.public_meta(session["fid"]))
+            return self._insert(session["meta"], bytes(data))
+        headers = {"Range": f"bytes=0-{len(data) - 1}"} if data else {}
+        return self._send(308, b"", headers=headers)
