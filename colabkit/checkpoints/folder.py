@@ -57,6 +57,19 @@ class CheckpointInfo:
         return (self.step, self.created)
 
 
+def names_to_keep(committed: list, keep: int, keep_every: float | None) -> set[str]:
+    """Retention: the newest ``keep`` of ``committed`` (oldest first), plus the first of each ``keep_every``
+    seconds when given."""
+    names = {c.name for c in committed[-keep:]}
+    if keep_every:
+        last_kept_at = None
+        for c in committed:
+            if last_kept_at is None or c.created - last_kept_at >= keep_every:
+                names.add(c.name)
+                last_kept_at = c.created
+    return names
+
+
 def new_name(step: int) -> str:
     if step < 0:
         raise ValueError(f"step={step!r} must be a non-negative integer.")
@@ -168,24 +181,19 @@ class CheckpointFolder:
         """Copy one of this folder's checkpoints into the local folder ``into``, checking sha256 on the way."""
         return into.copy_in(info, check_hashes=True, durable=False)
 
-    def prune(self, keep: int, *, keep_every: float | None = None, protect: tuple = ()) -> list[str]:
+    def prune(self, keep: int, *, keep_every: float | None = None, protect=lambda name: False) -> list[str]:
         """Delete committed checkpoints beyond the newest ``keep`` (plus one per ``keep_every`` seconds),
-        and leftovers of interrupted writes (a single writer per folder is assumed). Names in ``protect``
-        (checkpoints being written now) are never touched. Returns the deleted names.
+        and leftovers of interrupted writes (a single writer per folder is assumed). ``protect(name)`` is
+        asked for each folder after listing, right before deleting it: True for a checkpoint being written
+        now (reserved before its folder is created, so a folder that was listed is always known to it).
+        Returns the deleted names.
 
         The manifest goes first, so a half-deleted checkpoint is invisible rather than corrupt.
         """
-        committed = self.committed()
-        keep_names = {c.name for c in committed[-keep:]} | set(protect)
-        if keep_every:
-            last_kept_at = None
-            for c in committed:
-                if last_kept_at is None or c.created - last_kept_at >= keep_every:
-                    keep_names.add(c.name)
-                    last_kept_at = c.created
+        keep_names = names_to_keep(self.committed(), keep, keep_every)
         deleted = []
         for path in self._candidates():
-            if path.name in keep_names:
+            if path.name in keep_names or protect(path.name):
                 continue
             try:
                 (path / _manifest.MANIFEST_NAME).unlink(missing_ok=True)

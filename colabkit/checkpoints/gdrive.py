@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from .. import gdrive as _gdrive
 from . import manifest as _manifest
-from .folder import _NAME, CheckpointInfo, CorruptCheckpoint, CheckpointFolder
+from .folder import _NAME, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, names_to_keep
 from .storage import remove_tree, write_bytes
 
 log = logging.getLogger("colabkit")
@@ -156,22 +156,15 @@ class DriveApiFolder:
             raise
         return CheckpointInfo(target, into.read_manifest(target))
 
-    def prune(self, keep: int, *, keep_every: float | None = None, protect: tuple = ()) -> list[str]:
+    def prune(self, keep: int, *, keep_every: float | None = None, protect=lambda name: False) -> list[str]:
         """As CheckpointFolder.prune: committed ones beyond ``keep`` (plus one per ``keep_every``), and
         leftovers of interrupted uploads; the manifest is deleted first."""
-        committed = self.committed()
-        keep_names = {c.name for c in committed[-keep:]} | set(protect)
-        if keep_every:
-            last_kept_at = None
-            for c in committed:
-                if last_kept_at is None or c.created - last_kept_at >= keep_every:
-                    keep_names.add(c.name)
-                    last_kept_at = c.created
+        keep_names = names_to_keep(self.committed(), keep, keep_every)
         deleted = []
         for name, items in self._folders().items():
             chosen = self._ids.get(name)
             for item in items:
-                if name in keep_names and (item["id"] == chosen or name in protect):
+                if (name in keep_names and item["id"] == chosen) or protect(name):
                     continue
                 try:
                     for manifest in self.client.children(item["id"], title=_manifest.MANIFEST_NAME):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from ..locations import resolve
 from ..units import format_duration, format_size
@@ -13,10 +14,13 @@ def checkpoints_report(location, *, verify: bool = False, as_json: bool = False)
     """(text, all_ok): the committed checkpoints in ``location``, oldest first; with ``verify``, each one's
     files are checked against its manifest. Folders without a valid manifest are counted as leftovers."""
     path = resolve(location)
-    if not path.is_dir():
+    if not isinstance(path, Path):
+        folder = path                     # a back end that is not a filesystem (gdrive://)
+    elif not path.is_dir():
         raise FileNotFoundError(f"{location!r} ({path}) is not a folder; pass the directory given to "
                                 f"AutoResume or Checkpoints.")
-    folder = CheckpointFolder(path)
+    else:
+        folder = CheckpointFolder(path)
     rows, ok = [], True
     for info in folder.committed():
         problem = None

@@ -92,10 +92,11 @@ class Uploader:
             self._wake = True
             self._cond.notify_all()
 
-    def in_progress_names(self) -> set[str]:
+    def is_in_progress(self, name: str) -> bool:
+        """True for a checkpoint folder that is reserved, pending or being written (never to be pruned)."""
         with self._cond:
-            jobs = {j.local_dir.name for j in (self._pending, self._writing) if j is not None}
-            return jobs | self._reserved
+            return name in self._reserved or any(
+                j is not None and j.local_dir.name == name for j in (self._pending, self._writing))
 
     def wait(self, seq: int, timeout: float | None = None) -> bool:
         """Block until the checkpoint ``seq`` (or a newer one) is on the destination; False on timeout
@@ -208,7 +209,7 @@ class Uploader:
 
     def _prune(self, folder: CheckpointFolder) -> None:
         try:
-            folder.prune(self.keep, keep_every=self.keep_every, protect=tuple(self.in_progress_names()))
+            folder.prune(self.keep, keep_every=self.keep_every, protect=self.is_in_progress)
         except OSError as exc:
             log.debug("colabkit: pruning %s failed: %s", folder.path, exc)
 

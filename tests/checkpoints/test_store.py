@@ -217,3 +217,16 @@ def test_trackables_restore_in_place(tmp_path, ck_env):
     assert restored.state["epoch"] == 1
     np.testing.assert_array_equal(v.numpy(), [1.0, 2.0])
     np.testing.assert_array_equal(module.w.numpy(), np.ones((2, 3)))
+
+
+def test_prune_never_deletes_a_folder_reserved_for_a_save_in_progress(tmp_path, ck_env):
+    """A save reserves its folder name before creating it; pruning asks after listing, so a folder it
+    sees is either reserved (kept) or a real leftover (deleted)."""
+    with make(tmp_path) as ckpt:
+        ckpt.save(1, {"w": np.zeros(3)}, wait=True)
+        reserved, leftover = tmp_path / "local" / "ckpt-000000000002-aaaaaa", tmp_path / "local" / "ckpt-000000000003-bbbbbb"
+        ckpt._uploader.reserve(reserved.name)
+        reserved.mkdir()
+        leftover.mkdir()
+        deleted = ckpt.local.prune(1, protect=ckpt._uploader.is_in_progress)
+        assert deleted == [leftover.name] and reserved.is_dir()

@@ -160,3 +160,12 @@ def test_revoked_invalid_and_missing_credentials_fail_fast_with_one_message(gdri
     with pytest.raises(g.DriveAuthError, match="No Google Drive credentials.*colabkit drive login"):
         colabkit.Checkpoints("gdrive://runs/a")
     assert isinstance(g.DriveAuthError("x"), OSError)
+
+
+def test_checkpoints_report_reads_a_gdrive_location(gdrive, tmp_path):
+    from colabkit.checkpoints.report import checkpoints_report
+    with make(tmp_path) as ckpt:
+        ckpt.save(1, {"w": np.zeros(10)}, wait=True)
+        ckpt.save(2, {"w": np.ones(10)}, wait=True)
+    text, ok = checkpoints_report("gdrive://runs/a", verify=True)
+    assert ok and "2 committed checkpoint(s)" in text and text.count("OK") == 2
