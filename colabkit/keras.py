@@ -36,6 +36,7 @@ log = logging.getLogger("colabkit")
 _POSITIONABLE_ADAPTERS = {"ArrayDataAdapter", "TFDatasetAdapter", "PyDatasetAdapter", "TorchDataLoaderAdapter",
                           "GrainDatasetAdapter"}
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
+FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
 
 
 class AutoResume(keras.callbacks.Callback):
@@ -96,6 +97,8 @@ class AutoResume(keras.callbacks.Callback):
         self._last_saved_position = None
         self._last_save_time = time.time()
         self._skip_calls = 0
+        self._last_call_skipped = False
+        self._end_position = None     # where training stands after the last epoch_end
         self._interrupt = None        # "SIGINT" / "SIGTERM" once received
         self._stopped_for = None
         self._old_handlers = {}
@@ -152,10 +155,18 @@ class AutoResume(keras.callbacks.Callback):
             self.model.optimizer.build(self.model.trainable_variables)
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers()
-        self._buffers.prefill([v for group in self._variables() for v in group])
+        try:
+            self._buffers.prefill([v for group in self._variables() for v in group])
+            self._restore_and_position()
+        except BaseException:
+            self._restore_signal_handlers()   # fit() is left with an exception: on_train_end will not run
+            raise
+
+    def _restore_and_position(self):
         restored = self.checkpoints.restore()
         self.restored = restored
         if restored is None:
+            self._wrap_train_function(0)
             self._event("start", "no checkpoint found; training from scratch")
             return
         self._apply(restored)
@@ -168,8 +179,7 @@ class AutoResume(keras.callbacks.Callback):
             batch = 0
         self.model._initial_epoch = epoch
         self._epoch = epoch
-        if batch:
-            self._skip_first_batches(batch)
+        self._wrap_train_function(batch)
         where = f"epoch {epoch}" + (f", batch {batch}" if batch else "")
         self._event("restore", f"step {restored.step} ({where}) from {restored.source}")
         self._say(f"resumed from step {restored.step} ({where}) [{restored.source} copy of {self.directory}]")
@@ -218,20 +228,28 @@ class AutoResume(keras.callbacks.Callback):
             frame = frame.f_back
         return False
 
-    def _skip_first_batches(self, batches: int):
-        """Make the first train_function calls of the resumed epoch consume their batches without training."""
+    def _wrap_train_function(self, skip_batches: int):
+        """Wrap fit()'s train_function for this run: its first calls in the resumed epoch consume their
+        batches without training (the resume position), and an exception leaving fit() restores the signal
+        handlers (Keras calls no callback then)."""
         model = self.model
         per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
-        self._skip_calls = -(-batches // per_call)
+        self._skip_calls = -(-skip_batches // per_call)
         original = self._original_train_function = model.train_function
 
         def train_function(iterator):
-            if self._skip_calls > 0:
-                self._skip_calls -= 1
-                for _ in range(per_call):
-                    next(iterator)
-                return {}
-            return original(iterator)
+            try:
+                self._last_call_skipped = self._skip_calls > 0
+                if self._last_call_skipped:
+                    self._skip_calls -= 1
+                    for _ in range(per_call):
+                        next(iterator)
+                    return {}
+                return original(iterator)
+            except BaseException:
+                self._restore_signal_handlers()
+                model.train_function = original
+                raise
 
         model.train_function = train_function
 
@@ -243,7 +261,7 @@ class AutoResume(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         new = batch + 1 if batch <= self._last_batch_seen else batch - self._last_batch_seen
         self._last_batch_seen = batch
-        if self._skip_calls > 0 or (self._original_train_function is not None and not logs):
+        if self._last_call_skipped:
             return  # a batch skipped to reach the resume position; it was trained before the interruption
         self._step += new
         self._batches_since_save += new
@@ -271,12 +289,14 @@ class AutoResume(keras.callbacks.Callback):
             self._save(position, reason="every")
 
     def on_epoch_end(self, epoch, logs=None):
-        self._epoch = epoch + 1
-        if self._original_train_function is not None:
-            self.model.train_function = self._original_train_function
-            self._original_train_function = None
+        self._skip_calls = 0   # a shorter resumed epoch than the saved position must not skip the next one
+        steps = (self.params or {}).get("steps")
+        if steps and self._last_batch_seen + 1 < steps:   # another callback stopped training mid-epoch
+            self._end_position = (epoch, self._last_batch_seen + 1)
+        else:
+            self._epoch, self._end_position = epoch + 1, (epoch + 1, 0)
         if self.save_freq == "epoch" and self._stopped_for is None:
-            self._save((epoch + 1, 0), reason="epoch")
+            self._save(self._end_position, reason="epoch")
 
     def on_train_end(self, logs=None):
         self.model._initial_epoch = None  # fit() read it already; a later fit() without us starts as asked
@@ -284,10 +304,13 @@ class AutoResume(keras.callbacks.Callback):
             if self._original_train_function is not None:
                 self.model.train_function = self._original_train_function
                 self._original_train_function = None
-            if self._stopped_for is None and self._last_saved_position != (self._epoch, 0):
-                self._save((self._epoch, 0), reason="end of training", wait=True)
-            elif self._stopped_for is None:
-                self.checkpoints.wait()  # the last epoch's save is the final one: wait for its upload
+            end = self._end_position or (self._epoch, 0)
+            if self._stopped_for is None:
+                if self._last_saved_position != end:
+                    self._save(end, reason="end of training")
+                if not self.checkpoints.wait(self._final_wait_s()):
+                    self._say(f"the final checkpoint (step {self._step}) is not on {self.directory} yet: "
+                              f"{self._saved_where(False)}")
             if self._stopped_for is None and self.delete_checkpoint and not self.model.stop_training:
                 self.checkpoints.close()
                 from .checkpoints.storage import remove_tree
@@ -332,13 +355,27 @@ class AutoResume(keras.callbacks.Callback):
         self._event(event, f"step {self._step} (epoch {epoch}, batch {batch}, {reason})")
         return ok
 
+    def _final_wait_s(self) -> float:
+        """How long a final save waits for its upload: generous, but bounded, so a destination that stays
+        down (a dropped mount cannot come back while the cell runs) does not hang the notebook."""
+        return max(FINAL_WAIT_FLOOR_S, 3 * self._estimated_save_s())
+
+    def _saved_where(self, committed: bool) -> str:
+        if committed:
+            return f"committed to {self.directory}"
+        last_local = self.checkpoints.status.last_local
+        if last_local is not None and last_local.step == self._step:
+            return (f"kept on local disk at {last_local.path}; the upload to {self.directory} is pending "
+                    f"({self.checkpoints.status.last_error or 'still running'})")
+        return f"NOT saved: {self.checkpoints.status.last_error or 'the local write failed'}"
+
     def _final_save(self, position, why: str, timeout=None, event: str = "save"):
-        committed = self._save(position, reason=why, wait=True if timeout is None else timeout, event=event)
+        committed = self._save(position, reason=why, wait=self._final_wait_s() if timeout is None else timeout,
+                               event=event)
         self.model.stop_training = True
         self._stopped_for = why
-        where = "committed to" if committed else "kept on local disk; upload pending to"
         self._event("stop", why)
-        self._say(f"{why}: saved step {self._step} ({where} {self.directory}) and stopped training. "
+        self._say(f"{why}: saved step {self._step} ({self._saved_where(committed)}) and stopped training. "
                   f"Re-run this cell to resume.")
 
     # -- signals -------------------------------------------------------------------------------------------
@@ -347,9 +384,13 @@ class AutoResume(keras.callbacks.Callback):
             return
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+                previous = signal.signal(sig, self._on_signal)
             except (ValueError, OSError):
-                pass
+                continue
+            if isinstance(getattr(previous, "__self__", None), AutoResume):
+                # left behind by a fit() that ended in an exception Keras reported to no callback
+                previous = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            self._old_handlers[sig] = previous
 
     def _restore_signal_handlers(self):
         for sig, handler in self._old_handlers.items():
@@ -358,12 +399,18 @@ class AutoResume(keras.callbacks.Callback):
 
     def _on_signal(self, signum, frame):
         name = signal.Signals(signum).name
-        if self._interrupt == name and signum == signal.SIGINT:
-            previous = self._old_handlers.get(signum)
-            if callable(previous):   # second Ctrl-C: give up waiting for the save
-                previous(signum, frame)
+        if self._interrupt != name:
+            self._interrupt = name   # handled at the next batch end: save, then stop
+            return
+        # the same signal twice: stop waiting for the save and let the previous handler act now
+        previous = self._old_handlers.get(signum, signal.SIG_DFL)
+        self._restore_signal_handlers()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.raise_signal(signum)
+        if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        self._interrupt = name
 
 
 class _SnapshotBuffers:

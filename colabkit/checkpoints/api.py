@@ -152,49 +152,70 @@ class Checkpoints:
     # -- reading --------------------------------------------------------------------------------------
     def list(self) -> list[CheckpointInfo]:
         """Committed checkpoints (destination and local copies), oldest first, one entry per checkpoint."""
-        return sorted(self._candidates().values(), key=CheckpointInfo.order_key)
+        return sorted((group[0] for group in self._copies().values()), key=CheckpointInfo.order_key)
 
-    def _candidates(self) -> dict:
-        found = {}
+    def _copies(self) -> dict:
+        """name -> the committed copies of that checkpoint, the local one first (it reads faster; it was
+        committed before the upload, and the destination's copy is the fallback when it is damaged)."""
+        copies = {}
+        for c in self.local.committed():
+            copies.setdefault(c.name, []).append(c)
         if self.dest is not None:
             try:
-                found.update({c.name: c for c in self.dest.committed()})
+                for c in self.dest.committed():
+                    copies.setdefault(c.name, []).append(c)
             except OSError as exc:
                 self._warn(f"cannot read checkpoints at {self.destination} ({exc}); looking at local copies only")
-        for c in self.local.committed():  # a local copy reads faster; it was committed before the upload
-            found[c.name] = c
-        return found
+        return copies
 
     def restore(self, into: dict | None = None) -> Restored | None:
         """The newest valid checkpoint, or None when there is none.
 
         Files are checked against the manifest (sizes and sha256); a damaged checkpoint gives a warning
-        and the previous valid one is used. ``into`` maps state names to TensorFlow objects (models,
-        tf.Variables, tf.Module) that are restored in place. With ``resume_from`` (a shared link) and no
-        checkpoint of its own yet, the shared checkpoint is downloaded, verified and restored first.
+        and the previous valid one is used. A destination that fails while it is read (a dropped mount) is
+        retried, then raises CheckpointError rather than silently resuming from an older checkpoint.
+        ``into`` maps state names to TensorFlow objects (models, tf.Variables, tf.Module) that are restored
+        in place. With ``resume_from`` (a shared link) and no checkpoint of its own yet, the shared
+        checkpoint is downloaded, verified and restored first.
         """
-        candidates = self._candidates()
-        if not candidates and self.resume_from is not None:
+        copies = self._copies()
+        if not copies and self.resume_from is not None:
             from ..links import pull_checkpoint
             pulled = pull_checkpoint(self.resume_from, self.local)
-            candidates = {pulled.name: pulled}
-        for info in sorted(candidates.values(), key=CheckpointInfo.order_key, reverse=True):
-            from_local = info.path.parent == self.local.path
-            try:
-                if from_local:
-                    self.local.verify(info, full=True)
-                else:  # one read of the destination, checked against the manifest on the way
-                    info = self.dest.download(info, self.local)
-                state = _state.read(info.path, into=into)
-            except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
-                if isinstance(exc, _state.StateError):
+            copies = {pulled.name: [pulled]}
+        for group in sorted(copies.values(), key=lambda g: g[0].order_key(), reverse=True):
+            for info in group:
+                from_local = info.path.parent == self.local.path
+                try:
+                    info = info if from_local else self._download(info)
+                    if from_local:
+                        self.local.verify(info, full=True)
+                    state = _state.read(info.path, into=into)
+                except _state.StateError as exc:
                     raise CheckpointError(str(exc)) from None
-                self._warn(f"checkpoint {info.name} (step {info.step}) is damaged or unreadable ({exc}); "
-                           f"falling back to the previous one")
-                continue
-            return Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state, path=info.path,
-                            source="local" if from_local else "destination", manifest=info.manifest)
+                except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
+                    self._warn(f"{'local' if from_local else 'destination'} copy of checkpoint {info.name} "
+                               f"(step {info.step}) is damaged or unreadable ({exc}); trying the next copy")
+                    continue
+                return Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state, path=info.path,
+                                source="local" if from_local else "destination", manifest=info.manifest)
         return None
+
+    def _download(self, info: CheckpointInfo, attempts: int = 4) -> CheckpointInfo:
+        """One read of a destination checkpoint into local disk, checked against its manifest on the way.
+        Transient errors (not a missing or damaged file) are retried with back-off, then raise."""
+        for attempt in range(attempts):
+            try:
+                return self.dest.download(info, self.local)
+            except (CorruptCheckpoint, FileNotFoundError):
+                raise
+            except OSError as exc:
+                if attempt == attempts - 1:
+                    raise CheckpointError(
+                        f"could not read checkpoint {info.name} (step {info.step}) from {self.destination}: "
+                        f"{exc}. Nothing was restored; re-run when the destination is reachable again.") from None
+                time.sleep(2 ** attempt)
+        raise AssertionError("unreachable")
 
     def _warn(self, message: str) -> None:
         log.warning("colabkit: %s", message)

@@ -58,8 +58,11 @@ class CheckpointInfo:
 
 
 def names_to_keep(committed: list, keep: int, keep_every: float | None) -> set[str]:
-    """Retention: the newest ``keep`` of ``committed`` (oldest first), plus the first of each ``keep_every``
-    seconds when given."""
+    """Retention: the ``keep`` most recently committed, plus the first of each ``keep_every`` seconds.
+
+    Ranked by commit time, not step: a run that starts over, or resumes from an older checkpoint, must not
+    see its new checkpoints deleted because older ones carry higher steps."""
+    committed = sorted(committed, key=lambda c: c.created)
     names = {c.name for c in committed[-keep:]}
     if keep_every:
         last_kept_at = None
@@ -141,7 +144,7 @@ class CheckpointFolder:
             rel = file.relative_to(ckpt_dir).as_posix()
             if rel == _manifest.MANIFEST_NAME:
                 continue
-            digest, size = _manifest.sha256_file(file)
+            digest, size = _manifest.sha256_file(file, fsync=True)  # data durable before the manifest
             files[rel] = {"size": size, "sha256": digest}
         manifest = _manifest.build(step=step, epoch=epoch, batch=batch, files=files, info=info)
         fsync_dir(ckpt_dir)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import time
 
@@ -19,15 +20,15 @@ class ManifestError(ValueError):
     """A manifest is missing, unparsable, of another format, or does not match its own checksum."""
 
 
-def sha256_file(path, *, copy_to=None) -> tuple[str, int]:
-    """(hex digest, size) of a file; when ``copy_to`` is an open binary file, also copy the bytes into it."""
+def sha256_file(path, *, fsync: bool = False) -> tuple[str, int]:
+    """(hex digest, size) of a file; with ``fsync``, also flush it to stable storage."""
     digest, size = hashlib.sha256(), 0
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
             size += len(chunk)
-            if copy_to is not None:
-                copy_to.write(chunk)
+        if fsync:
+            os.fsync(fh.fileno())
     return digest.hexdigest(), size
 
 

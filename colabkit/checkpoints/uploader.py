@@ -122,6 +122,17 @@ class Uploader:
 
     # -- the background thread -------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # pragma: no cover - a bug; say so instead of hanging every wait()
+            log.error("colabkit: the checkpoint uploader stopped: %r", exc)
+            with self._cond:
+                self._closed, self.status.state = True, "stopped"
+                self._failed_seq = 1 << 62
+                self._cond.notify_all()
+            raise
+
+    def _loop(self) -> None:
         backoff = BACKOFF_START
         while True:
             with self._cond:
@@ -185,7 +196,7 @@ class Uploader:
         started = time.monotonic()
         try:
             copied = self.dest.copy_in(newest)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - OSError from a mount, or a back end's own errors: retry all
             self.status.state = "retrying"
             self.status.last_error = f"{type(exc).__name__}: {exc}"
             self._warn(f"could not upload checkpoint step {newest.step} to {self.dest.path} ({exc}); training "
@@ -208,9 +219,11 @@ class Uploader:
         return True
 
     def _prune(self, folder: CheckpointFolder) -> None:
+        just_committed = {i.name for i in (self.status.last_local, self.status.last_uploaded) if i is not None}
         try:
-            folder.prune(self.keep, keep_every=self.keep_every, protect=self.is_in_progress)
-        except OSError as exc:
+            folder.prune(self.keep, keep_every=self.keep_every,
+                         protect=lambda name: name in just_committed or self.is_in_progress(name))
+        except Exception as exc:  # noqa: BLE001 - pruning is housekeeping; it must never stop uploads
             log.debug("colabkit: pruning %s failed: %s", folder.path, exc)
 
     def _sleep(self, seconds: float) -> None:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,64 @@ def test_end_of_training_save_waits_for_upload_and_delete_checkpoint(tmp_path, c
     model, _ = workers.build_model(keras)
     auto = fit(model, tmp_path / "run2", epochs=1, delete_checkpoint=True)
     assert not (tmp_path / "run2").exists()
+
+
+class StopAt(keras.callbacks.Callback):
+    """Another callback (a time limit, TerminateOnNaN) stopping training in the middle of an epoch."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at, self.seen = at, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.at:
+            self.model.stop_training = True
+
+
+def test_training_stopped_mid_epoch_by_another_callback_resumes_at_the_exact_batch(tmp_path, ck_env):
+    model, _ = workers.build_model(keras)
+    fit(model, tmp_path / "run", epochs=3, callbacks=[StopAt(18)])     # epoch 1, after its 6th batch
+    newest = CheckpointFolder(tmp_path / "run").committed()[-1]
+    assert (newest.step, newest.epoch, newest.batch) == (18, 1, 6)
+    model, counter = workers.build_model(keras, seed=5)
+    auto = fit(model, tmp_path / "run", epochs=3)
+    assert auto.restored.step == 18 and int(counter.count.numpy()) == 36
+
+
+def test_signal_handlers_are_restored_when_fit_fails(tmp_path, ck_env):
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    x, y = workers.data(np)
+
+    def batches():
+        for i in range(0, 48, 8):
+            yield x[i:i + 8], y[i:i + 8]
+        raise RuntimeError("the input pipeline broke")
+
+    model, _ = workers.build_model(keras)
+    with pytest.raises(Exception, match="input pipeline broke"):
+        model.fit(batches(), steps_per_epoch=12, epochs=1, verbose=0,
+                  callbacks=[colabkit.keras.AutoResume(str(tmp_path / "a"), deadline=None)])
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    fit(model, tmp_path / "b", epochs=1)
+    other = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+    other.compile("adam", "mse")
+    with pytest.raises(colabkit.CheckpointError):
+        fit(other, tmp_path / "b", epochs=2)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_final_save_is_bounded_when_the_destination_stays_down(tmp_path, ck_env, monkeypatch, capsys):
+    import colabkit.keras as ck
+    monkeypatch.setattr(ck, "FINAL_WAIT_FLOOR_S", 1.0)
+    dest = tmp_path / "dest"
+    dest.write_text("a file where the folder should be: every upload fails")
+    model, _ = workers.build_model(keras)
+    started = time.time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = fit(model, dest, epochs=1)
+    assert time.time() - started < 30
+    out = capsys.readouterr().out
+    assert "is not on" in out and "kept on local disk" in out
+    assert auto.checkpoints.status.last_local.step == 12

@@ -230,3 +230,46 @@ def test_prune_never_deletes_a_folder_reserved_for_a_save_in_progress(tmp_path, 
         leftover.mkdir()
         deleted = ckpt.local.prune(1, protect=ckpt._uploader.is_in_progress)
         assert deleted == [leftover.name] and reserved.is_dir()
+
+
+def test_retention_ranks_by_commit_time_so_a_restarted_run_keeps_its_checkpoints(tmp_path, ck_env):
+    with make(tmp_path, keep=2) as ckpt:
+        ckpt.save(10, {"w": np.zeros(3)}, wait=True)
+        ckpt.save(11, {"w": np.zeros(3)}, wait=True)
+        assert ckpt.save(0, {"w": np.ones(3)}, wait=True), "a lower step, committed later, must survive retention"
+    steps = sorted(c.step for c in CheckpointFolder(tmp_path / "dest").committed())
+    assert steps == [0, 11]
+
+
+def test_damaged_local_copy_falls_back_to_the_destination_copy_of_the_same_checkpoint(tmp_path, ck_env):
+    with make(tmp_path, keep=1) as ckpt:
+        ckpt.save(3, {"w": np.full(10, 3.0)}, wait=True)
+    [local] = CheckpointFolder(tmp_path / "local").committed()
+    (local.path / "arrays.npz").write_bytes(b"\0" * local.manifest["files"]["arrays.npz"]["size"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        restored = make(tmp_path).restore()
+    assert restored.step == 3 and restored.source == "destination" and restored.state["w"][0] == 3.0
+    assert any("local copy" in str(w.message) for w in caught)
+
+
+def test_uploader_survives_errors_that_are_not_oserror(tmp_path, ck_env, monkeypatch):
+    import colabkit.checkpoints.uploader as uploader
+    monkeypatch.setattr(uploader, "BACKOFF_START", 0.05)
+    ckpt = make(tmp_path)
+    real, calls = ckpt.dest.copy_in, []
+
+    def flaky(info, **kw):
+        calls.append(info.step)
+        if len(calls) == 1:
+            raise RuntimeError("a back end's own error type")
+        return real(info, **kw)
+
+    monkeypatch.setattr(ckpt.dest, "copy_in", flaky)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ckpt.save(1, {"w": np.zeros(3)})
+        assert ckpt.wait(10), ckpt.status
+        ckpt.save(2, {"w": np.zeros(3)}, wait=10)
+    ckpt.close()
+    assert [c.step for c in CheckpointFolder(tmp_path / "dest").committed()][-1] == 2 and len(calls) >= 3
