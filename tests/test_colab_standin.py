@@ -167,7 +167,7 @@ def test_drive_on_colab_without_google_colab_says_what_to_do(tmp_path, monkeypat
     assert "pip install" not in message  # google.colab is not on PyPI
 
 
-@pytest.mark.parametrize("bad", ["", "   ", None, "drive:", "drive:/", "s3://bucket/x", "gdrive://folder"])
+@pytest.mark.parametrize("bad", ["", "   ", None, "drive:", "drive:/", "s3://bucket/x", "gdrive://"])
 def test_bad_locations_raise_value_error(bad):
     from colabkit import locations
     with pytest.raises(ValueError):
