@@ -29,17 +29,27 @@ def fit(model, dest, epochs, callbacks=(), **kw):
     return auto
 
 
-class InterruptAt(keras.callbacks.Callback):
-    """Presses the notebook's interrupt button (SIGINT to this process) after a given global batch."""
+class AtBatch(keras.callbacks.Callback):
+    """Does ``action(model)`` once, after a given global batch."""
 
-    def __init__(self, at):
+    def __init__(self, at, action):
         super().__init__()
-        self.at, self.seen = at, 0
+        self.at, self.seen, self.action = at, 0, action
 
     def on_train_batch_end(self, batch, logs=None):
         self.seen += 1
         if self.seen == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
+            self.action(self.model)
+
+
+def InterruptAt(at):
+    """Presses the notebook's interrupt button (SIGINT to this process) after a given global batch."""
+    return AtBatch(at, lambda model: os.kill(os.getpid(), signal.SIGINT))
+
+
+def StopAt(at):
+    """Another callback (a time limit, TerminateOnNaN) stopping training in the middle of an epoch."""
+    return AtBatch(at, lambda model: setattr(model, "stop_training", True))
 
 
 def test_interrupt_at_random_step_then_resume_equals_uninterrupted_run(tmp_path, ck_env):
@@ -173,18 +183,6 @@ def test_end_of_training_save_waits_for_upload_and_delete_checkpoint(tmp_path, c
     auto = fit(model, tmp_path / "run2", epochs=1, delete_checkpoint=True)
     assert not (tmp_path / "run2").exists()
 
-
-class StopAt(keras.callbacks.Callback):
-    """Another callback (a time limit, TerminateOnNaN) stopping training in the middle of an epoch."""
-
-    def __init__(self, at):
-        super().__init__()
-        self.at, self.seen = at, 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.at:
-            self.model.stop_training = True
 
 
 def test_training_stopped_mid_epoch_by_another_callback_resumes_at_the_exact_batch(tmp_path, ck_env):
