@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "stops; the local disk is wiped as on a reclaimed VM; session 2 resumes from "
                                    "the drive root and finishes. Prints a timeline.")
     p.add_argument("--cap", default="8s", help="the simulated session cap (default: 8s)")
-    p.add_argument("--epochs", type=int, default=12, help="epochs to train in total (default: 12)")
+    p.add_argument("--epochs", type=int, default=30, help="epochs to train in total (default: 30)")
     p.add_argument("--dir", help='checkpoint location (default: "drive:colabkit-demo/run-<time>")')
     p.set_defaults(func=_cmd_demo)
 

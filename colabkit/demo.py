@@ -76,7 +76,7 @@ def _print_timeline(title: str, session: dict) -> None:
         i = j + 1
 
 
-def run_demo(cap="8s", epochs: int = 12, directory: str | None = None) -> dict:
+def run_demo(cap="8s", epochs: int = 30, directory: str | None = None) -> dict:
     """Run the two-session demo and print its timeline; returns both sessions' reports."""
     cap_s = parse_duration(cap, name="cap")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
@@ -106,7 +106,7 @@ def main(argv=None) -> None:
     parser.add_argument("--session-cap", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--dir")
     parser.add_argument("--cap", default="8s")
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=30)
     args = parser.parse_args(argv)
     if args.session_report:
         _train_session(args.dir, args.session_cap, args.epochs, Path(args.session_report))
