@@ -95,6 +95,7 @@ class AutoResume(keras.callbacks.Callback):
         self._last_batch_seen = -1
         self._batches_since_save = 0
         self._last_saved_position = None
+        self._state_nbytes = 0        # bytes of one snapshot, for the first save-time estimate
         self._last_save_time = time.time()
         self._skip_calls = 0
         self._last_call_skipped = False
@@ -156,7 +157,7 @@ class AutoResume(keras.callbacks.Callback):
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers()
         try:
-            self._buffers.prefill([v for group in self._variables() for v in group])
+            self._state_nbytes = self._buffers.prefill([v for group in self._variables() for v in group])
             self._restore_and_position()
         except BaseException:
             self._restore_signal_handlers()   # fit() is left with an exception: on_train_end will not run
@@ -332,9 +333,7 @@ class AutoResume(keras.callbacks.Callback):
         measured = self.checkpoints.estimated_save_seconds()
         if measured is not None:
             return measured
-        nbytes = sum(v.shape.num_elements() if hasattr(v.shape, "num_elements") else int(np.prod(v.shape))
-                     for group in self._variables() for v in group) * 4
-        return 0.2 + nbytes / _ASSUMED_UPLOAD_BYTES_PER_S
+        return 0.2 + self._state_nbytes / _ASSUMED_UPLOAD_BYTES_PER_S
 
     def _save(self, position, *, reason: str, wait=False, event: str = "save") -> bool:
         epoch, batch = position
@@ -430,12 +429,14 @@ class _SnapshotBuffers:
                     return buffers
         return [np.empty(shape, dtype) for shape, dtype in layout]
 
-    def prefill(self, variables) -> None:
-        """Allocate and touch one set up front, so the first save in the loop is as cheap as the rest."""
+    def prefill(self, variables) -> int:
+        """Allocate and touch one set up front, so the first save in the loop is as cheap as the rest.
+        Returns the set's size in bytes."""
         buffers = self.take(variables)
         for buffer in buffers:
             buffer.fill(0)
         self.give_back(buffers)
+        return sum(b.nbytes for b in buffers)
 
     def give_back(self, buffers: list) -> None:
         with self._lock:

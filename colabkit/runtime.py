@@ -23,8 +23,6 @@ _DEFAULT_IDLE = {"colab": 90 * 60.0}
 
 _PROCESS_START = time.time()
 
-KINDS = ("colab", "kaggle", "jupyter", "script")
-
 
 @dataclasses.dataclass(frozen=True)
 class Environment:

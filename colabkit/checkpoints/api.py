@@ -129,7 +129,7 @@ class Checkpoints:
         self._seq += 1
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
                                   info=info or {}, write=lambda d, s=snap: _state.write_data(s, d),
-                                  handed_over_at=time.time(), release=_release))
+                                  release=_release))
         if wait is False:
             return True
         return self.wait(None if wait is True else float(wait))

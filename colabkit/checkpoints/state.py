@@ -32,10 +32,6 @@ class Snapshot:
     arrays: dict
     trackables: dict
 
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays.values())
-
 
 def _is_trackable(value) -> bool:
     tf = sys.modules.get("tensorflow")  # a trackable implies TensorFlow is loaded; never import it here

@@ -31,7 +31,6 @@ class Job:
     batch: int | None
     info: dict
     write: Callable[[Path], None]
-    handed_over_at: float
     release: Callable[[], None] | None = None   # called once the snapshot's memory is no longer needed
 
     def done_with_snapshot(self) -> None:
