@@ -484,10 +484,12 @@ def _request_text(request) -> str:
 
 
 def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = True,
-                inventory: Inventory | None = None) -> Inventory:
+                inventory: Inventory | None = None, one_process: bool = True) -> Inventory:
     """Choose GPUs without applying the choice (see ``use_gpus`` for the forms of ``request``).
 
     Returns the chosen GPUs in the order CUDA will number them; empty for the CPU path (``note`` says why).
+    one_process=False: each chosen device goes to a process of its own (`colabkit run`), so several MIG
+    instances may be named.
     """
     what = f"use_gpus({_request_text(request)})"
     min_free_bytes = None
@@ -528,7 +530,7 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
         return reasons
 
     if kind == "explicit":
-        chosen = _resolve(value, inv, candidates, allowed, hidden_by, what)
+        chosen = _resolve(value, inv, candidates, allowed, hidden_by, what, one_process)
         bad = [(g, failing(g)) for g in chosen if failing(g)]
         if bad:
             message = (f"{what} asked for GPUs with {' and '.join(wanted)}, but "
@@ -631,7 +633,8 @@ def _match(token: str, inv: Sequence[GPU]) -> list:
     return exact or [g for g in inv if len(low) > 4 and g.uuid.lower().startswith(low)]
 
 
-def _resolve(tokens: list, inv: Inventory, candidates: list, allowed, hidden_by, what: str) -> list:
+def _resolve(tokens: list, inv: Inventory, candidates: list, allowed, hidden_by, what: str,
+             one_process: bool = True) -> list:
     chosen, named = [], {}
     for token in tokens:
         found = _match(token, inv)
@@ -660,10 +663,10 @@ def _resolve(tokens: list, inv: Inventory, candidates: list, allowed, hidden_by,
                                     f"chose GPUs (by `colabkit run`, a scheduler or you); available here:\n"
                                     f"{_listing([c for c in inv if c in candidates])}")
         chosen.append(g)
-    if len(chosen) > 1 and any(g.is_mig for g in chosen):
+    if one_process and len(chosen) > 1 and any(g.is_mig for g in chosen):
         raise GPUSelectionError(f"{what}: CUDA uses at most one MIG instance per process, and not together with "
-                                f"other GPUs; choose a single MIG instance (run one process per instance, e.g. "
-                                f"with `colabkit run`).")
+                                f"other GPUs; choose a single MIG instance per process (`colabkit run` with "
+                                f"one GPU per job runs one process on each).")
     return chosen
 
 

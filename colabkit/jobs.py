@@ -3,8 +3,8 @@
     colabkit run --gpus 0,1 train_a.ipynb train_b.ipynb sweep.py -- --lr 1e-3
 
 Each job gets its own GPU through CUDA_DEVICE_ORDER=PCI_BUS_ID + CUDA_VISIBLE_DEVICES (``--per-gpu N`` packs N
-jobs on each GPU; TensorFlow memory growth is switched on for them unless the ``memory_growth`` setting is off);
-jobs beyond the free slots wait for one. Notebooks run through papermill (``-p name value``; output notebooks
+jobs on each GPU; ``--gpus-per-job N`` gives each job N GPUs, e.g. for a MirroredStrategy run; TensorFlow memory
+growth is switched on for them unless the ``memory_growth`` setting is off); jobs beyond the free slots wait. Notebooks run through papermill (``-p name value``; output notebooks
 are saved next to the logs), ``.py`` files with this Python, ``.sh`` files with bash, other executable files
 directly. Arguments after ``--`` go to scripts; notebooks receive ``--name value`` pairs from there as
 parameters. Notebooks run in their own folder, scripts in the current one.
@@ -222,27 +222,50 @@ def _check_kernels(needed: dict) -> list:
             for name, files in needed.items() if name not in available]
 
 
-def plan_slots(gpus="auto", *, per_gpu: int = 1, min_free=None, max_util=None, memory_growth=None):
-    """(slots, note): `per_gpu` slots per chosen GPU, or CPU slots where the machine has none."""
+def plan_slots(gpus="auto", *, per_gpu: int = 1, gpus_per_job: int = 1, min_free=None, max_util=None,
+               memory_growth=None):
+    """(slots, note): `per_gpu` slots per chosen GPU (per group of `gpus_per_job` GPUs), or CPU slots where the
+    machine has none."""
     from . import devices
-    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
-        raise JobError(f"--per-gpu {per_gpu!r}: expected a whole number of at least 1.")
+    for flag, value in (("--per-gpu", per_gpu), ("--gpus-per-job", gpus_per_job)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise JobError(f"{flag} {value!r}: expected a whole number of at least 1.")
     if memory_growth is None:
         from . import config
         memory_growth = config.load().memory_growth
     request = devices.parse_request(gpus) if isinstance(gpus, str) else gpus
-    chosen = devices.select_gpus(request, min_free=min_free, max_util=max_util)
+    chosen = devices.select_gpus(request, min_free=min_free, max_util=max_util, one_process=gpus_per_job > 1)
     if not chosen:
         env = {} if chosen.leave_env else {devices.ORDER_VAR: "PCI_BUS_ID", devices.VISIBLE_VAR: devices.NO_GPUS}
         return [Slot("CPU", dict(env)) for _ in range(per_gpu)], chosen.note
+    groups, note = _group(list(chosen), gpus_per_job)
     slots = []
     for _ in range(per_gpu):  # round robin: a second job goes to another GPU before doubling up
-        for g in chosen:
-            env = {devices.ORDER_VAR: "PCI_BUS_ID", devices.VISIBLE_VAR: g.cuda_id}
+        for group in groups:
+            env = {devices.ORDER_VAR: "PCI_BUS_ID", devices.VISIBLE_VAR: ",".join(g.cuda_id for g in group)}
             if memory_growth and devices.GROWTH_VAR not in os.environ:
                 env[devices.GROWTH_VAR] = "true"
-            slots.append(Slot(f"{'MIG' if g.is_mig else 'GPU'} {g.label}", env))
-    return slots, None
+            kind = "MIG" if group[0].is_mig else "GPU" if len(group) == 1 else "GPUs"
+            slots.append(Slot(f"{kind} {','.join(g.label for g in group)}", env))
+    return slots, note
+
+
+def _group(chosen: list, size: int) -> tuple[list, str | None]:
+    """The chosen GPUs in groups of `size` (neighbours in PCI order, which tend to share a PCIe switch); select_gpus
+    has already refused MIG instances in a group."""
+    if size == 1:
+        return [[g] for g in chosen], None
+    if len(chosen) < size:
+        raise JobError(f"--gpus-per-job {size}: only {len(chosen)} GPU(s) chosen "
+                       f"({', '.join(g.label for g in chosen)}). Ask for at most {len(chosen)}, or choose more "
+                       f"GPUs with --gpus.")
+    ordered = sorted(chosen, key=lambda g: g.index)
+    usable = len(ordered) - len(ordered) % size
+    groups = [ordered[i:i + size] for i in range(0, usable, size)]
+    spare = ordered[usable:]
+    note = (f"{len(ordered)} GPUs do not split into groups of {size}; "
+            f"{'GPU ' if len(spare) == 1 else 'GPUs '}{', '.join(g.label for g in spare)} left idle." if spare else None)
+    return groups, note
 
 
 def _command(job: Job, output: Path | None, kernel: str | None) -> tuple:
@@ -272,12 +295,14 @@ def default_run_dir() -> Path:
     return path
 
 
-def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, params: Sequence = (), args: Sequence[str] = (),
-             retries: int = 0, run_dir=None, grace: float = DEFAULT_GRACE, min_free=None, max_util=None,
-             kernel: str | None = None, out=None, progress: bool | None = None) -> RunReport:
+def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, gpus_per_job: int = 1, params: Sequence = (),
+             args: Sequence[str] = (), retries: int = 0, run_dir=None, grace: float = DEFAULT_GRACE, min_free=None,
+             max_util=None, kernel: str | None = None, out=None, progress: bool | None = None) -> RunReport:
     """Run the job files over the chosen GPUs (see the module docs); returns a RunReport (``exit_code``).
 
-    gpus: as for ``colabkit.use_gpus`` ("auto", a count, "0,1", UUIDs). params: [(name, value)] for notebooks.
+    gpus: as for ``colabkit.use_gpus`` ("auto", a count, "0,1", UUIDs). gpus_per_job: GPUs in each job's
+    CUDA_VISIBLE_DEVICES (groups of neighbours in PCI order; spare GPUs stay idle). params: [(name, value)] for
+    notebooks.
     args: the argv tail for scripts (and ``--name value`` parameters for notebooks). out: where progress lines go
     (default stdout). progress: a tqdm bar (default: on a terminal or in a notebook).
     """
@@ -286,7 +311,8 @@ def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, params: Sequence
     if not isinstance(grace, (int, float)) or isinstance(grace, bool) or not 0 <= grace < float("inf"):
         raise JobError(f"--grace {grace!r}: expected a number of seconds of at least 0.")
     jobs = prepare_jobs(paths, params=params, args=args, kernel=kernel)
-    slots, note = plan_slots(gpus, per_gpu=per_gpu, min_free=min_free, max_util=max_util)
+    slots, note = plan_slots(gpus, per_gpu=per_gpu, gpus_per_job=gpus_per_job, min_free=min_free,
+                             max_util=max_util)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     states = [JobState(job=j, log=run_dir / f"{j.name}.log",
@@ -576,7 +602,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpus", default="auto",
                         help="which GPUs: auto (default: all), a count (2), indices (0,1; 1, for GPU 1 alone) "
                              "or UUIDs")
-    parser.add_argument("--per-gpu", type=int, default=1, metavar="N", help="jobs at a time on each GPU (default 1)")
+    parser.add_argument("--per-gpu", type=int, default=1, metavar="N",
+                        help="jobs at a time on each GPU (or group of --gpus-per-job GPUs; default 1)")
+    parser.add_argument("--gpus-per-job", type=int, default=1, metavar="N",
+                        help="GPUs each job gets, neighbours in PCI order (default 1; 2+ for a MirroredStrategy job)")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a papermill parameter for notebook jobs (repeatable)")
     parser.add_argument("--retries", type=int, default=0, metavar="N",
@@ -591,7 +620,7 @@ def add_arguments(parser) -> None:
 
 
 def main_from_args(args) -> int:
-    report = run_jobs(args.jobs, gpus=args.gpus, per_gpu=args.per_gpu, params=args.parameter,
+    report = run_jobs(args.jobs, gpus=args.gpus, per_gpu=args.per_gpu, gpus_per_job=args.gpus_per_job, params=args.parameter,
                       args=getattr(args, "passthrough", []) or [], retries=args.retries, run_dir=args.run_dir,
                       grace=args.grace, min_free=args.min_free, max_util=args.max_util, kernel=args.kernel)
     return report.exit_code

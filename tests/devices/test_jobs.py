@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from colabkit import cli
+from colabkit.devices import GPUSelectionError
 from colabkit.jobs import JobError, run_jobs
 
 RECORDER = '''
@@ -135,6 +136,55 @@ def test_per_gpu_packs_jobs_round_robin(fake_gpus, tmp_path, monkeypatch):
     assert max(x["start"] for x in r.values()) < min(x["end"] for x in r.values())   # all three at once
 
 
+def test_gpus_per_job_gives_each_job_a_group(fake_gpus, tmp_path, monkeypatch):
+    fake_gpus("workstation")   # 4 GPUs
+    monkeypatch.chdir(tmp_path)
+    paths = [job(tmp_path, f"j{i}.py", sleep=0.6) for i in range(3)]
+    out = io.StringIO()
+    report = run_jobs(paths, gpus_per_job=2, run_dir=tmp_path / "run", out=out, progress=False)
+    assert report.exit_code == 0 and report.slots == ["GPUs 0,1", "GPUs 2,3"]
+    r = {k: v[0] for k, v in records(tmp_path).items()}
+    assert [r[f"j{i}"]["cvd"] for i in range(3)] == ["0,1", "2,3", "0,1"]
+    assert r["j2"]["start"] >= min(r["j0"]["end"], r["j1"]["end"])           # the third waited for a free pair
+    assert summary(tmp_path / "run")["j0"]["device"] == "GPUs 0,1"
+
+
+def test_gpus_per_job_groups_neighbours_and_reports_the_spare(fake_gpus, tmp_path, monkeypatch):
+    fake_gpus("workstation")
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    report = run_jobs([job(tmp_path, "x.py")], gpus="3,0,2", gpus_per_job=2, run_dir=tmp_path / "run", out=out,
+                      progress=False)
+    assert report.slots == ["GPUs 0,2"] and records(tmp_path)["x"][0]["cvd"] == "0,2"
+    assert "3 GPUs do not split into groups of 2; GPU 3 left idle." in out.getvalue()
+
+
+def test_each_job_gets_one_of_the_named_mig_instances(fake_gpus, tmp_path, monkeypatch):
+    fake_gpus("mig")
+    monkeypatch.chdir(tmp_path)
+    from colabkit import devices
+    instances = [g.uuid for g in devices.gpus() if g.is_mig]
+    report = run_jobs([job(tmp_path, "x.py", sleep=0.5), job(tmp_path, "y.py", sleep=0.5)], gpus=",".join(instances),
+                      run_dir=tmp_path / "run", out=io.StringIO(), progress=False)
+    assert report.exit_code == 0 and report.slots == ["MIG 0:0", "MIG 0:1"]
+    assert sorted(r[0]["cvd"] for r in records(tmp_path).values()) == sorted(instances)
+
+
+@pytest.mark.parametrize("scenario, error, needles", [
+    ("home_rig", JobError, ["--gpus-per-job 3", "only 2 GPU(s) chosen (0, 1)", "at most 2"]),
+    ("mig", GPUSelectionError, ["at most one MIG instance per process"]),
+])
+def test_gpus_per_job_that_cannot_be_met(fake_gpus, tmp_path, scenario, error, needles):
+    fake_gpus(scenario)
+    from colabkit import devices
+    size, gpus = (3, "auto") if scenario == "home_rig" else (2, ",".join(g.uuid for g in devices.gpus() if g.is_mig))
+    with pytest.raises(error) as err:
+        run_jobs([job(tmp_path, "x.py")], gpus=gpus, gpus_per_job=size, run_dir=tmp_path / "run", out=io.StringIO())
+    for needle in needles:
+        assert needle in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("gpus, expected_cvd", [("auto", None), (0, "-1")])
 def test_cpu_slots(fake_gpus, tmp_path, monkeypatch, gpus, expected_cvd):
     fake_gpus(None if gpus == "auto" else "home_rig")  # no GPU at all / GPUs, but none asked for
@@ -166,6 +216,7 @@ def test_one_named_gpu(fake_gpus, tmp_path, monkeypatch):
     (["run", "ok.ipynb", "--", "-x", "1"], ["--name value pairs", "'-x' is not one"]),
     (["run", "-p", "not a name", "1", "ok.ipynb"], ["-p 'not a name'"]),
     (["run", "--per-gpu", "0", "ok.py"], ["--per-gpu 0"]),
+    (["run", "--gpus-per-job", "0", "ok.py"], ["--gpus-per-job 0"]),
     (["run", "--retries", "-1", "ok.py"], ["--retries -1"]),
     (["run", "--gpus", "0,7", "ok.py"], ["there is no GPU 7", "GPU 1 (NVIDIA GeForce GTX 1080 Ti"]),
     (["run", "--gpus", "3", "ok.py"], ["asked for 3 GPUs; there are 2"]),

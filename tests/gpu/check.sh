@@ -133,6 +133,28 @@ print("OK run:", [(j["name"], j["device"]) for j in s["jobs"]])
 EOF
 cat "$WORK"/run/*.log
 
+N_GPUS=$("$PYTHON" -c "import colabkit; print(sum(g.usable and not g.is_mig for g in colabkit.gpus()))")
+if [ "$N_GPUS" -ge 2 ]; then
+    step "colabkit run: one job on 2 GPUs (--gpus-per-job 2) with a MirroredStrategy"
+    cat >"$WORK/pair.py" <<'EOF'
+import os
+import colabkit
+print("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+strategy = colabkit.strategy()
+print("strategy", type(strategy).__name__, "replicas", strategy.num_replicas_in_sync)
+assert strategy.num_replicas_in_sync == 2, strategy
+EOF
+    if "$PYTHON" -c "import tensorflow" 2>/dev/null; then
+        ( cd "$WORK" && "$PYTHON" -m colabkit run --gpus 2 --gpus-per-job 2 --run-dir run2 pair.py ) \
+            || fail "colabkit run --gpus-per-job 2"
+        cat "$WORK"/run2/*.log
+    else
+        echo "(TensorFlow not installed: --gpus-per-job check skipped)"
+    fi
+else
+    echo "(one GPU: --gpus-per-job 2 check skipped)"
+fi
+
 echo
 if [ "$FAILED" = 0 ]; then echo "tests/gpu/check.sh: PASSED"; else echo "tests/gpu/check.sh: FAILED"; fi
 exit "$FAILED"
