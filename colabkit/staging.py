@@ -10,14 +10,16 @@ Sources: a folder or a .zip/.tar/.tar.gz/.tgz archive (extracted after the copy)
   are journalled, so an interrupted staging (a dropped mount, a killed kernel) continues where it stopped.
 * Checked first: the bytes still to copy must fit on the destination disk, else InsufficientSpace (an
   OSError, ENOSPC) names both sizes before anything is written.
-* Parallel: several files at a time (threads), zero-copy (sendfile) for local sources; one tqdm bar counts
-  bytes, its postfix counts files.
+* Parallel: several files at a time (threads): many for a network source (Drive's FUSE mount, rclone, NFS,
+  gdrive://), where every file costs a round trip; few for a local disk, where the copy is bound by system
+  calls. Zero-copy (sendfile) for mounted sources; one tqdm bar counts bytes, its postfix counts files.
 
 The destination is a mirror: files the source no longer has are removed, so ``dst`` must be a folder
 colabkit staged before, or new/empty.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -38,6 +40,8 @@ log = logging.getLogger("colabkit")
 STATE_DIR = ".colabkit-stage"
 PART = ".colabkit-part"
 _SENDFILE_CHUNK = 64 << 20
+_NETWORK_FS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs")
+NETWORK_WORKERS = 16   # files in flight from a network source: enough to hide a round trip per file
 
 
 class InsufficientSpace(OSError):
@@ -59,24 +63,36 @@ def _fmt(n: float) -> str:
 
 
 # -- sources -------------------------------------------------------------------------------------------
-def _local_copy(src: Path):
+def _local_copy(src: str, size: int):
     def fetch(dest: Path, progress):
-        with open(src, "rb") as fin, open(dest, "wb") as fout:
-            offset = 0
+        # raw descriptors: for many small files the per-file cost is what counts
+        fin = os.open(src, os.O_RDONLY)
+        try:
+            fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
-                while True:
-                    sent = os.sendfile(fout.fileno(), fin.fileno(), offset, _SENDFILE_CHUNK)
-                    if sent == 0:
-                        break
-                    offset += sent
-                    progress(sent)
-            except OSError as exc:
-                if exc.errno not in (errno.EINVAL, errno.ENOSYS) or offset:
-                    raise
-                while chunk := fin.read(8 << 20):  # no sendfile for this pair of files
-                    fout.write(chunk)
-                    progress(len(chunk))
+                _copy_fd(fin, fout, size, progress)
+            finally:
+                os.close(fout)
+        finally:
+            os.close(fin)
     return fetch
+
+
+def _copy_fd(fin: int, fout: int, size: int, progress) -> None:
+    offset = 0
+    try:
+        while offset < size:   # stops at the size listed: a file that grew is copied again next time
+            sent = os.sendfile(fout, fin, offset, min(_SENDFILE_CHUNK, size - offset))
+            if sent == 0:      # it shrank (or the mount dropped): the size check after the copy reports it
+                return
+            offset += sent
+            progress(sent)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS) or offset:
+            raise
+        while chunk := os.read(fin, 8 << 20):  # no sendfile for this pair of files
+            os.write(fout, chunk)
+            progress(len(chunk))
 
 
 def _sha256(path: Path):
@@ -92,16 +108,38 @@ def _sha256(path: Path):
 def _local_entries(src: Path) -> list[Entry]:
     if src.is_file():
         st = src.stat()
-        return [Entry(src.name, st.st_size, str(st.st_mtime_ns), _local_copy(src), _sha256(src))]
+        return [Entry(src.name, st.st_size, str(st.st_mtime_ns), _local_copy(str(src), st.st_size), _sha256(src))]
     entries = []
+    base = len(str(src).rstrip(os.sep)) + 1
     for root, dirs, files in os.walk(src):
         dirs.sort()
         for name in sorted(files):
-            path = Path(root) / name
-            st = path.stat()
-            entries.append(Entry(path.relative_to(src).as_posix(), st.st_size, str(st.st_mtime_ns),
-                                 _local_copy(path), _sha256(path)))
+            path = os.path.join(root, name)
+            st = os.stat(path)
+            entries.append(Entry(path[base:].replace(os.sep, "/"), st.st_size, str(st.st_mtime_ns),
+                                 _local_copy(path, st.st_size), _sha256(path)))
     return entries
+
+
+def on_network_fs(path) -> bool:
+    """Whether ``path`` is on a FUSE or network filesystem (Drive's mount, rclone, NFS, SMB), from /proc."""
+    import re
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:  # not Linux: treated as a local disk
+        return False
+    real = os.path.realpath(path)
+    best, fstype = "", ""
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])  # "\040" is a space
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, fstype = mount, fields[2]
+    return fstype.startswith(_NETWORK_FS)
 
 
 def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
@@ -184,20 +222,22 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     jfh = open(journal, "a", buffering=1 << 16)   # flushed in batches: a lost line only means one re-copy
 
     def one(e: Entry):
-        target = into / e.rel
-        if target.parent not in made:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            made.add(target.parent)
-        part = target.with_name(target.name + PART)
+        target = os.path.join(into, e.rel)
+        parent = os.path.dirname(target)
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
+        part = target + PART
         try:
-            e.fetch(part, lambda n: bar.update(n))
-            got = part.stat().st_size
+            e.fetch(part, bar.update)
+            got = os.stat(part).st_size
             if got != e.size:
                 raise OSError(errno.EIO, f"{e.rel}: copied {got} bytes, the source had {e.size}; it changed "
                                          f"during the copy or the mount dropped. Run stage again to continue.")
             os.replace(part, target)
         except BaseException:
-            part.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
             raise
         with lock:
             jfh.write(f"{e.rel}\t{e.size}:{e.stamp}\n")
@@ -254,6 +294,7 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
         return _stage_link(src_text, dst, quiet=quiet)
     if src_text.startswith("gdrive://"):
         entries, single = _drive_entries(src_text[len("gdrive://"):])
+        network = True
         archive = single and is_archive(entries[0].rel)
         if single and not archive:
             raise ValueError(f"{src_text} is a single file that is not a .zip/.tar(.gz) archive; stage a folder "
@@ -269,6 +310,7 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
             raise ValueError(f"{path} is a file that is not a .zip/.tar(.gz) archive; stage a folder or an archive.")
         archive = path.is_file()
         entries = _local_entries(path)
+        network = on_network_fs(path)
 
     identity = {"source": src_text, "files": {e.rel: f"{e.size}:{e.stamp}" for e in entries}}
     if checksum:
@@ -279,14 +321,14 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
         return dst
     created = not dst.exists()
     try:
-        return _stage_entries(src_text, dst, entries, identity, archive, workers, quiet)
+        return _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, network)
     except InsufficientSpace:
         if created:                            # nothing is left behind by a copy that could not start
             shutil.rmtree(dst, ignore_errors=True)
         raise
 
 
-def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet) -> Path:
+def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, network) -> Path:
     from .links import extract_archive
     state_dir = dst / STATE_DIR
     marker = state_dir / "complete.json"
@@ -299,8 +341,11 @@ def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet) ->
                                    if same is None or same.get(rel) == identity["digests"].get(rel)))
     marker.unlink(missing_ok=True)
     big = sum(e.size for e in entries) / max(len(entries), 1) >= (1 << 20)
-    n_workers = workers or min(4 if big else 2, len(entries)) or 1   # small files: syscall-bound, few threads
+    # a network source hides its round trips behind many threads; a local disk is syscall-bound: few
+    n_workers = workers or min(NETWORK_WORKERS if network else 4 if big else 2, len(entries)) or 1
     desc = f"staging {Path(src_text.rstrip('/')).name or src_text}"
+    log.info("colabkit: staging %s (%d files, %s) from %s, %d at a time", src_text, len(entries),
+             _fmt(sum(e.size for e in entries)), "the network" if network else "a local disk", n_workers)
     if archive:
         downloads = state_dir / "archive"
         downloads.mkdir(exist_ok=True)

@@ -338,6 +338,26 @@ def test_factory_mounts_several_and_remount_sees_the_same_files(drive_mount_fact
     assert (second.my_drive / "keep.txt").read_text() == "survives"
 
 
+@pytest.mark.fuse
+@needs_fuse
+def test_open_latency_delays_each_open_but_not_other_opens(tmp_path):
+    with mounted_drive(tmp_path, rate=None, extra_args=["--open-latency", "0.3"]) as drive:
+        for i in range(8):
+            (drive.my_drive / f"f{i}").write_bytes(b"x")
+        start = time.monotonic()
+        assert (drive.my_drive / "f0").read_bytes() == b"x"
+        one = time.monotonic() - start
+        start = time.monotonic()
+        threads = [threading.Thread(target=(drive.my_drive / f"f{i}").read_bytes) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        eight = time.monotonic() - start
+    assert one >= 0.3 and eight >= 0.3
+    assert eight < 8 * 0.3, "opens are served one at a time"   # the mount is multi-threaded, like Drive's
+
+
 def test_script_help_runs_without_mounting():
     done = subprocess.run([sys.executable, drivefs.__file__, "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--rate" in done.stdout and "--control" in done.stdout

@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 import tarfile
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -134,6 +136,42 @@ def test_drive_colon_gdrive_and_link_sources(tmp_path, gdrive, links, monkeypatc
     assert tree(tmp_path / "via-link") == tree(data)
     with pytest.raises(FileNotFoundError, match="does not exist on Google Drive"):
         colabkit.stage("gdrive://datasets/nope", tmp_path / "x", quiet=True)
+
+
+@pytest.mark.fuse
+def test_from_a_drive_mount_many_at_a_time_and_a_drop_loses_nothing(tmp_path, drive_mount_factory, caplog,
+                                                                    monkeypatch):
+    drive = drive_mount_factory(rate=None, extra_args=["--open-latency", "0.25"])   # a round trip per file
+    expected = tree(make_tree(drive.backing / "MyDrive" / "data", n=40))            # put there beforehand
+    src = drive.my_drive / "data"
+    assert staging.on_network_fs(src) and not staging.on_network_fs(tmp_path)
+    caplog.set_level("INFO", logger="colabkit")
+    assert tree(colabkit.stage(str(src), tmp_path / "local", quiet=True)) == expected
+    assert f"from the network, {staging.NETWORK_WORKERS} at a time" in caplog.text
+    # the mount drops mid-copy (once the first files have landed): an error, no partial file kept, and the
+    # next call copies only what is missing
+    out = tmp_path / "local2"
+    dropper = threading.Thread(target=drop_when_files_land, args=(drive, out))
+    dropper.start()
+    try:
+        with pytest.raises(OSError) as info:
+            colabkit.stage(str(src), out, quiet=True)
+    finally:
+        dropper.join()
+    assert info.value.errno == errno.ENOTCONN
+    drive.set_fault("ok")
+    landed = list(out.rglob("*.bin"))
+    assert 0 < len(landed) < 40 and not list(out.rglob("*" + staging.PART))
+    calls = count_sendfile(monkeypatch)
+    assert tree(colabkit.stage(str(src), out, quiet=True)) == expected
+    assert calls["n"] == 40 - len(landed), "files that landed before the drop are not copied again"
+
+
+def drop_when_files_land(drive, out, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not any(out.rglob("*.bin")):
+        time.sleep(0.005)
+    drive.set_fault("enotconn")
 
 
 def test_bad_input(tmp_path):

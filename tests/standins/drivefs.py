@@ -4,12 +4,14 @@
 Usage::
 
     python tests/standins/drivefs.py BACKING MOUNTPOINT [--rate BYTES_PER_S] [--read-rate BYTES_PER_S]
-                                     [--burst BYTES] [--control FILE] [--foreground] [--debug]
+                                     [--burst BYTES] [--open-latency S] [--control FILE] [--foreground] [--debug]
 
 What it reproduces of Colab's Drive mount (see shared/docs/colab-facts.md, "Google Drive as mounted on Colab"):
 
 * slow writes: the data of every ``write()`` goes through a token bucket (``--rate``, default 20e6 bytes/s;
   0 = unthrottled). Reads are unthrottled unless ``--read-rate`` is given;
+* a round trip per file: ``--open-latency`` seconds (default 0) are spent in every ``open()``/``create()``,
+  as a network filesystem fetches a file's metadata and first bytes (other opens go on meanwhile);
 * no links: ``symlink()`` fails with EOPNOTSUPP (errno 95), ``link()`` with ENOSYS (errno 38);
 * ``rename()`` works (it does on Drive; the stand-in's is atomic because the backing folder's is, so a test
   passing here does not prove a protocol relies on nothing more than Drive gives);
@@ -200,8 +202,9 @@ class DriveFS(_Operations):
     use_ns = True  # utimens() gets and getattr() returns nanoseconds
 
     def __init__(self, root: str, rate: float = DEFAULT_RATE, read_rate: float = 0, burst: float = DEFAULT_BURST,
-                 control: str | None = None):
+                 control: str | None = None, open_latency: float = 0.0):
         self.root = os.path.realpath(root)
+        self.open_latency = open_latency
         self.write_bucket = TokenBucket(rate, burst)
         self.read_bucket = TokenBucket(read_rate, burst)
         self.faults = FaultControl(control)
@@ -303,10 +306,14 @@ class DriveFS(_Operations):
     # -- file data -----------------------------------------------------------------------------------------
     def open(self, path, flags):
         self.faults.check("mutate" if flags & _WRITE_FLAGS else "op")
+        if self.open_latency:
+            time.sleep(self.open_latency)
         return os.open(self._full(path), flags)
 
     def create(self, path, mode, flags=os.O_WRONLY | os.O_CREAT):
         self.faults.check("space")
+        if self.open_latency:
+            time.sleep(self.open_latency)
         return os.open(self._full(path), flags | os.O_CREAT, mode)
 
     def read(self, path, size, offset, fh):
@@ -352,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read-rate", type=float, default=0, help="read throughput in bytes/s (0 = unthrottled)")
     parser.add_argument("--burst", type=float, default=DEFAULT_BURST,
                         help="token bucket size in bytes (default %(default).0f)")
+    parser.add_argument("--open-latency", type=float, default=0.0, metavar="SECONDS",
+                        help="time spent in every open()/create(), like a network round trip (default 0)")
     parser.add_argument("--control", help="fault-injection control file (outside the mount)")
     parser.add_argument("--foreground", action="store_true", help="do not daemonize")
     parser.add_argument("--debug", action="store_true", help="libfuse debug output (implies --foreground)")
@@ -372,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.control:
         parse_fault(open(args.control, encoding="utf-8").read() if os.path.exists(args.control) else "")
     ops = DriveFS(backing, rate=args.rate, read_rate=args.read_rate, burst=args.burst,
-                  control=os.path.abspath(args.control) if args.control else None)
+                  open_latency=args.open_latency, control=os.path.abspath(args.control) if args.control else None)
     mfusepy.FUSE(ops, mountpoint, foreground=args.foreground or args.debug, debug=args.debug,
                  fsname="drive", subtype="drive", attr_timeout=0, entry_timeout=0, negative_timeout=0,
                  max_threads=args.max_threads, max_idle_threads=args.max_threads)
