@@ -147,6 +147,10 @@ def default_cache_dir() -> Path:
 
 def _read_file(path: Path) -> dict:
     if not path.exists():
+        explicit = os.environ.get("COLABKIT_CONFIG")
+        if explicit:  # a typo here would otherwise silently drop every setting in the intended file
+            raise ConfigError(f"COLABKIT_CONFIG={explicit!r} names {path}, which does not exist. Fix the path, "
+                              f"create the file, or unset COLABKIT_CONFIG to use the default file.")
         return {}
     if sys.version_info >= (3, 11):
         import tomllib

@@ -94,6 +94,13 @@ def test_colabkit_config_names_another_file(monkeypatch, tmp_path):
     assert settings.sources["keep"] == f"file {other}"
 
 
+def test_colabkit_config_naming_a_missing_file_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("COLABKIT_CONFIG", str(tmp_path / "tema.toml"))
+    with pytest.raises(ConfigError) as info:
+        load()
+    assert f"COLABKIT_CONFIG='{tmp_path / 'tema.toml'}'" in str(info.value) and "does not exist" in str(info.value)
+
+
 @pytest.mark.parametrize("raw, expected", [
     ("auto", AUTO), ("AUTO", AUTO), ("none", None), ("off", None), ("never", None),
     ("24h", 86400.0), ("90min", 5400.0), ("3600", 3600.0),
