@@ -77,6 +77,14 @@ def test_status_json_is_valid_and_reflects_the_settings(monkeypatch, tmp_path):
     assert data["gpus"] is None or isinstance(data["gpus"], int)
 
 
+def test_status_past_the_cap_says_so(monkeypatch):
+    monkeypatch.setenv("COLABKIT_RUNTIME_CAP", "1s")   # every VM here is older than that
+    result = colabkit_cmd("status")
+    assert result.returncode == 0, result.stderr
+    runtime = next(line for line in result.stdout.splitlines() if line.startswith("  runtime"))
+    assert "past the 1s cap by " in runtime and "-" not in runtime, runtime
+
+
 def test_status_on_colab_does_not_mount_drive(tmp_path, monkeypatch, capsys, colab_standin):
     marker = tmp_path / "hostname"
     marker.write_text("vm\n")
