@@ -183,7 +183,9 @@ class AutoResume(keras.callbacks.Callback):
         self._wrap_train_function(batch)
         where = f"epoch {epoch}" + (f", batch {batch}" if batch else "")
         self._event("restore", f"step {restored.step} ({where}) from {restored.source}")
-        self._say(f"resumed from step {restored.step} ({where}) [{restored.source} copy of {self.directory}]")
+        origin = (f"shared checkpoint {self.checkpoints.resume_from}" if restored.source == "link"
+                  else f"{restored.source} copy of {self.directory}")
+        self._say(f"resumed from step {restored.step} ({where}) [{origin}]")
 
     def _apply(self, restored):
         """Check every saved array against the live variables first, then assign: nothing is overwritten

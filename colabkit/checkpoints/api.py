@@ -34,7 +34,7 @@ class Restored:
     batch: int | None
     state: dict
     path: Path
-    source: str          # "destination" or "local" (a committed local copy on this machine)
+    source: str          # "destination", "local" (a committed local copy on this machine) or "link" (resume_from)
     manifest: dict
 
 
@@ -179,6 +179,7 @@ class Checkpoints:
         checkpoint is downloaded, verified and restored first.
         """
         copies = self._copies()
+        pulled = None
         if not copies and self.resume_from is not None:
             from ..links import pull_checkpoint
             pulled = pull_checkpoint(self.resume_from, self.local)
@@ -197,8 +198,9 @@ class Checkpoints:
                     self._warn(f"{'local' if from_local else 'destination'} copy of checkpoint {info.name} "
                                f"(step {info.step}) is damaged or unreadable ({exc}); trying the next copy")
                     continue
+                source = "link" if pulled is not None else "local" if from_local else "destination"
                 return Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state, path=info.path,
-                                source="local" if from_local else "destination", manifest=info.manifest)
+                                source=source, manifest=info.manifest)
         return None
 
     def _download(self, info: CheckpointInfo, attempts: int = 4) -> CheckpointInfo:

@@ -47,11 +47,13 @@ def test_resume_from_shared_folder_continues_into_own_location(tmp_path, shared_
     ckpt = colabkit.Checkpoints(str(mine), local_dir=tmp_path / "local", resume_from=FOLDER_URL.format(folder_id))
     restored = ckpt.restore()
     assert restored.step == 20 and restored.state["note"] == "friend" and restored.epoch == 2
+    assert restored.source == "link"
     ckpt.save(21, {"w": restored.state["w"] + 1, "note": "mine"}, wait=True)
     ckpt.close()
     assert [c.step for c in CheckpointFolder(mine).committed()] == [21]
     again = colabkit.Checkpoints(str(mine), local_dir=tmp_path / "local2", resume_from=FOLDER_URL.format("x" * 33))
-    assert again.restore().step == 21, "own checkpoints win; the link is not even fetched"
+    own = again.restore()
+    assert own.step == 21 and own.source == "destination", "own checkpoints win; the link is not even fetched"
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar.gz", "single"])
@@ -124,3 +126,29 @@ def test_bad_links_give_one_clear_message_and_write_nothing(tmp_path, links, sha
     if case not in ("tampered", "unsafe-format", "not-a-checkpoint-file", "not-a-checkpoint-folder"):
         assert main(["fetch", url, str(tmp_path / "dest")]) == 1
         assert not (tmp_path / "dest").exists()
+
+
+def test_keras_autoresume_continues_a_shared_run_into_its_own_folder(tmp_path, links, ck_env_local, capsys):
+    keras = pytest.importorskip("keras")
+    from tests.checkpoints import workers
+    x, y = workers.data(np)
+
+    def fit(model, directory, epochs, **kw):
+        auto = colabkit.keras.AutoResume(str(directory), deadline=None, **kw)
+        model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False, verbose=0, callbacks=[auto])
+        return auto
+
+    reference, _ = workers.build_model(keras)
+    fit(reference, tmp_path / "reference", epochs=3)
+    friends, _ = workers.build_model(keras)
+    fit(friends, tmp_path / "friend-run", epochs=2)                   # a friend's first two epochs, shared by link
+    url = FOLDER_URL.format(links.folder(tmp_path / "friend-run"))
+    mine, counter = workers.build_model(keras, seed=123)
+    auto = fit(mine, tmp_path / "mine", epochs=3, resume_from=url)
+    assert (auto.restored.source, auto.restored.step, auto.restored.epoch) == ("link", 24, 2)
+    assert f"[shared checkpoint {url}]" in capsys.readouterr().out
+    assert int(counter.count.numpy()) == 36, "the shared run's 24 batches came with it; 12 were trained here"
+    for got, want in zip(mine.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert [c.step for c in CheckpointFolder(tmp_path / "mine").committed()][-1] == 36
+    assert [c.step for c in CheckpointFolder(tmp_path / "friend-run").committed()][-1] == 24, "theirs untouched"
