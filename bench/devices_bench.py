@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
-import json
 import os
 import platform
 import statistics

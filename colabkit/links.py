@@ -25,7 +25,7 @@ log = logging.getLogger("colabkit")
 
 _HOSTS = ("drive.google.com", "docs.google.com", "drive.usercontent.google.com")
 _ID = r"[-\w]{10,}"
-_FOLDER_PATHS = (rf"^/drive/(?:u/\d+/)?folders/({_ID})/?$", rf"^/embeddedfolderview$")
+_FOLDER_PATHS = (rf"^/drive/(?:u/\d+/)?folders/({_ID})/?$", r"^/embeddedfolderview$")
 _FILE_PATHS = (rf"^/file/(?:u/\d+/)?d/({_ID})(?:/(?:view|edit|preview))?/?$", r"^/(?:uc|open|download)$")
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 _SAFE_CHECKPOINT_FILE = re.compile(r"^(arrays\.npz|state\.json|tf/ckpt\.index|tf/ckpt\.data-\d{5}-of-\d{5})$")

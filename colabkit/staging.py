@@ -276,9 +276,10 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
 
     src: a folder or .zip/.tar/.tar.gz/.tgz archive: a path, "drive:data/x", "gdrive://data/x", or a Google
     Drive share link. dst: the local folder (default: <cache_dir>/datasets/<name>-<hash>). checksum: decide
-    "unchanged" by content instead of size+mtime. workers: parallel copies (default 8 for many files).
+    "unchanged" by content instead of size+mtime. workers: files copied at a time (default: 16 from a
+    network source, 2-4 from a local disk).
     """
-    from .links import extract_archive, is_archive, is_link
+    from .links import is_archive, is_link
     if not isinstance(src, (str, os.PathLike)) or not str(src).strip():
         raise ValueError(f"src={src!r} is empty; pass a dataset folder or archive (a path, \"drive:...\", "
                          f"\"gdrive://...\" or a share link).")

@@ -139,7 +139,10 @@ class Checkpoints:
         return self._uploader.wait(self._seq, timeout)
 
     def close(self, timeout: float | None = 60.0) -> None:
-        """Finish pending uploads (up to ``timeout`` seconds) and stop the background thread."""
+        """Finish pending uploads (up to ``timeout`` seconds) and stop the background thread.
+
+        An upload still running at the timeout goes on in the background until it succeeds or fails; after
+        close nothing is retried, and what did not reach the destination stays committed on local disk."""
         self._uploader.close(timeout)
         _OPEN.discard(self)
 

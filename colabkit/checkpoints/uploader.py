@@ -196,8 +196,9 @@ class Uploader:
         try:
             copied = self.dest.copy_in(newest)
         except Exception as exc:  # noqa: BLE001 - OSError from a mount, or a back end's own errors: retry all
-            self.status.state = "retrying"
-            self.status.last_error = f"{type(exc).__name__}: {exc}"
+            with self._cond:  # a reader seeing "retrying" also sees why
+                self.status.last_error = f"{type(exc).__name__}: {exc}"
+                self.status.state = "retrying"
             self._warn(f"could not upload checkpoint step {newest.step} to {self.dest.path} ({exc}); training "
                        f"continues, checkpoints are kept on local disk at {self.local.path} and the upload is "
                        f"retried with back-off")

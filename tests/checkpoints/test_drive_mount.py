@@ -13,6 +13,7 @@ import pytest
 import colabkit
 import colabkit.checkpoints.uploader as uploader
 from colabkit.checkpoints.folder import CheckpointFolder
+from tests.waiting import wait_for
 
 HERE = Path(__file__).parent
 pytestmark = [pytest.mark.fuse, pytest.mark.slow]
@@ -54,7 +55,9 @@ def test_mount_fault_mid_run_keeps_local_copies_and_recovers(tmp_path, ck_env, d
             ckpt.save(step, state(step))      # training goes on
             time.sleep(0.2)
         assert not ckpt.wait(1.0)
-        assert ckpt.status.state == "retrying"
+        # set by the uploader thread: "uploading" during each attempt (a FUSE round trip), "retrying" in between
+        status = ckpt.status
+        assert wait_for(lambda: status.state == "retrying" and status.last_local.step == 4), status
         assert [c.step for c in CheckpointFolder(tmp_path / "local").committed()][-1] == 4
         drive_mount.set_fault("ok")
         assert ckpt.wait(30), ckpt.status

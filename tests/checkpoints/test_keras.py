@@ -140,11 +140,13 @@ def test_unbuilt_model_is_rejected_like_backup_and_restore(tmp_path, ck_env):
 def test_deadline_saves_and_stops_before_the_cap(tmp_path, ck_env, run, capsys):
     model, _ = workers.build_model(keras)
     x, y = workers.data(np)
-    slow = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.05))
-    started = time.time()
+    begun = []  # the budget counts from the start of training (AutoResume's on_train_begin, just before this)
+    slow = keras.callbacks.LambdaCallback(on_train_begin=lambda logs: begun.append(time.time()),
+                                          on_train_batch_end=lambda batch, logs: time.sleep(0.05))
     cap = 2.5 + run
     auto = colabkit.keras.AutoResume(str(tmp_path / "run"), deadline=cap, deadline_margin="0.8s")
     model.fit(x, y, batch_size=8, epochs=100, shuffle=False, verbose=0, callbacks=[auto, slow])
+    started = begun[0]
     newest = CheckpointFolder(tmp_path / "run").committed()[-1]
     assert model.stop_training and newest.manifest["info"]["reason"].startswith("the ")
     assert newest.created < started + cap, "the final checkpoint must be committed before the cap"
@@ -177,10 +179,10 @@ def test_sigterm_saves_then_terminates_and_resume_continues(tmp_path, ck_env):
 
 def test_end_of_training_save_waits_for_upload_and_delete_checkpoint(tmp_path, ck_env):
     model, _ = workers.build_model(keras)
-    auto = fit(model, tmp_path / "run", epochs=2)
+    fit(model, tmp_path / "run", epochs=2)
     assert CheckpointFolder(tmp_path / "run").committed()[-1].step == 24
     model, _ = workers.build_model(keras)
-    auto = fit(model, tmp_path / "run2", epochs=1, delete_checkpoint=True)
+    fit(model, tmp_path / "run2", epochs=1, delete_checkpoint=True)
     assert not (tmp_path / "run2").exists()
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from pathlib import Path
 
+from colabkit.checkpoints.folder import CheckpointFolder
+
 HERE = Path(__file__).parent
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess_kill]
@@ -68,10 +70,16 @@ def test_keras_training_survives_random_kills_and_matches_uninterrupted_run(tmp_
     dest, out = tmp_path / "dest", tmp_path / "resumed.npz"
     args = ["keras", dest, 6, 2, out, "--sleep", "0.05"]
     resumed_steps = []
+    folder = CheckpointFolder(dest)
     for _ in range(4):
+        before = {c.name for c in folder.committed()}
         p = _start(args, ck_env)
-        # TF takes a few seconds to start; training then runs ~4 s: kill somewhere inside it
-        time.sleep(rng.uniform(4.0, 8.0))
+        # TF takes seconds to start (far more on a loaded machine), and training then runs ~4 s: wait for this
+        # run's first checkpoint, then kill somewhere inside the training
+        deadline = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < deadline and not {c.name for c in folder.committed()} - before:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 2.0))
         p.send_signal(signal.SIGKILL)
         stdout, err = p.communicate()
         assert "Traceback" not in err, err

@@ -15,6 +15,7 @@ import pytest
 from colabkit import cli
 from colabkit.devices import GPUSelectionError
 from colabkit.jobs import JobError, run_jobs
+from tests.waiting import wait_for
 
 RECORDER = '''
 import json, os, sys, time
@@ -139,7 +140,8 @@ def test_per_gpu_packs_jobs_round_robin(fake_gpus, tmp_path, monkeypatch):
 def test_gpus_per_job_gives_each_job_a_group(fake_gpus, tmp_path, monkeypatch):
     fake_gpus("workstation")   # 4 GPUs
     monkeypatch.chdir(tmp_path)
-    paths = [job(tmp_path, f"j{i}.py", sleep=0.6) for i in range(3)]
+    # j0 ends well before j1 (equal sleeps would race), so j2 gets j0's pair
+    paths = [job(tmp_path, f"j{i}.py", sleep=s) for i, s in enumerate((0.3, 1.5, 0.3))]
     out = io.StringIO()
     report = run_jobs(paths, gpus_per_job=2, run_dir=tmp_path / "run", out=out, progress=False)
     assert report.exit_code == 0 and report.slots == ["GPUs 0,1", "GPUs 2,3"]
@@ -270,15 +272,6 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
-
-
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.subprocess_kill

@@ -5,7 +5,6 @@ import subprocess
 import sys
 import urllib.parse
 
-import pytest
 
 import colabkit.gdrive as g
 from colabkit.cli import main

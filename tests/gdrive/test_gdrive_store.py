@@ -17,9 +17,10 @@ def make(tmp_path, location="gdrive://runs/a", **kw):
 
 
 def steps_on_drive(server, path="runs/a"):
-    folder = server.state.find(path)
-    names = sorted(m["title"] for m in server.state.children(folder["id"]) if m["title"].startswith("ckpt-")
-                   and server.state.find(f"{path}/{m['title']}/MANIFEST.json"))
+    with server.state.lock:  # the server's threads may be deleting (pruning) while this reads
+        folder = server.state.find(path)
+        names = sorted(m["title"] for m in server.state.children(folder["id"]) if m["title"].startswith("ckpt-")
+                       and server.state.find(f"{path}/{m['title']}/MANIFEST.json"))
     return [int(n.split("-")[1]) for n in names]
 
 

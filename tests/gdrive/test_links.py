@@ -1,6 +1,5 @@
 """Shared links through the real gdown client, routed to the local server: fetch, resume_from, bad input."""
 import json
-import shutil
 import tarfile
 import zipfile
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from colabkit import keepalive
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,16 +40,6 @@ def read_log(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
-
-
-def wait_for(predicate, timeout, step=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
 
 
 APP_READY = """() => {

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from colabkit import keepalive
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -107,16 +108,6 @@ def clicks(page) -> list:
     return page.evaluate("window.clickTimes")
 
 
-def wait_for(predicate, timeout=10.0, step=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
-
-
 def our_errors(page) -> list:
     return [m for m in page.messages if m[0] in ("error", "pageerror")]
 
@@ -136,8 +127,9 @@ def test_clicks_each_variant_on_schedule_and_stops(page, variant, expected):
     assert times[0] - t0 >= 900, "the first click comes after one interval, not at once"
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert all(800 <= g <= 2000 for g in gaps), gaps   # 1 s apart, with room for a loaded CI machine
-    state = page.evaluate("window.colabkitKeepAlive")
-    assert state["variant"] == expected and state["running"] is True and state["clicks"] == len(clicks(page))
+    # one read of both: a tick between two reads would make them differ
+    state, n = page.evaluate("[window.colabkitKeepAlive, window.clickTimes.length]")
+    assert state["variant"] == expected and state["running"] is True and state["clicks"] == n
     assert any(expected in text for kind, text in page.messages if kind == "info")
 
     returned = page.evaluate("stopKeepAlive()")
@@ -209,7 +201,7 @@ def test_a_closed_dialog_is_not_a_dialog(page):
 def test_no_button_warns_and_keeps_trying(page):
     page.goto(f"{ORIGIN}/no-button.html")
     inject(page, "1s")
-    time.sleep(2.5)
+    assert wait_for(lambda: page.evaluate("window.colabkitKeepAlive.misses") >= 2, timeout=6)  # ticks at 1 s, 2 s
     state = page.evaluate("window.colabkitKeepAlive")
     assert state["clicks"] == 0 and state["misses"] >= 2 and state["running"] is True
     warnings = [text for kind, text in page.messages if kind == "warning"]
