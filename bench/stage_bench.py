@@ -7,7 +7,7 @@ Three trees: a few large files (4 files, --large-mb in total) and many small one
 100 folders) on the local disk, and --mount-small such files read through the Drive stand-in FUSE mount
 (tests/standins/drivefs.py) with --open-latency seconds per open, a round trip per file as on a network
 filesystem (skipped where FUSE is unavailable). Each round copies each tree with `cp -r` and with
-colabkit.stage (a fresh destination each time, progress bar off), alternating the order; the page cache is
+colabkit.stage (a fresh destination each time, progress bar off, after a sync), alternating the order; the page cache is
 warm for both (the source is read once first). Prints best-of-rounds times and the ratio stage throughput / cp
 throughput (>= 0.9 is the target for large files). With --write-results, replaces the "Staging" section of
 bench/RESULTS.md.
@@ -107,6 +107,7 @@ def main():
                 if r % 2:
                     order.reverse()
                 for label, fn in order:
+                    os.sync()  # the last round's deletions are written back first, not during this one
                     dst = root / f"out-{name.split(',')[0]}-{len(rows)}-{label}-{r}"
                     (cp_times if label == "cp" else st_times).append(fn(src, dst))
                     shutil.rmtree(dst)
@@ -135,11 +136,13 @@ def main():
         fs = subprocess.run(["df", "-T", str(disk)], capture_output=True, text=True).stdout.splitlines()[-1].split()[1]
         section = (f"## Staging\n\n`python bench/stage_bench.py --rounds {args.rounds}` on {datetime.date.today()}. Machine: "
                    f"{os.cpu_count()} cores ({platform.machine()}, {platform.system()}), Python {platform.python_version()}; "
-                   f"source and destination on the same {fs} disk ({disk}); page cache warm for both tools; best of "
-                   f"{args.rounds} rounds, order alternating. stage / cp > 1 means stage is faster. The mount row "
+                   f"source and destination on the same {fs} disk ({disk}); page cache warm for both tools; a sync "
+                   f"before each copy; best of {args.rounds} rounds, order alternating. stage / cp > 1 means stage is faster. The mount row "
                    f"reads through the Drive stand-in FUSE mount with {args.open_latency * 1000:g} ms spent in every "
                    f"open (an assumed round trip, not a measurement of Drive), where stage copies "
-                   f"{NETWORK_WORKERS} files at a time and `cp -r` one.\n\n{table}\n")
+                   f"{NETWORK_WORKERS} files at a time and `cp -r` one. Small-file times are bound by the disk's "
+                   f"file-creation latency, which varies several-fold between runs on a shared VM: compare the ratio "
+                   f"within one run.\n\n{table}\n")
         results = Path(__file__).with_name("RESULTS.md")
         text = results.read_text()
         start = text.find("## Staging\n")

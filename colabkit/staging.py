@@ -322,14 +322,14 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
         return dst
     created = not dst.exists()
     try:
-        return _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, network)
+        return _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, network, created)
     except InsufficientSpace:
         if created:                            # nothing is left behind by a copy that could not start
             shutil.rmtree(dst, ignore_errors=True)
         raise
 
 
-def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, network) -> Path:
+def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, network, created) -> Path:
     from .links import extract_archive
     state_dir = dst / STATE_DIR
     marker = state_dir / "complete.json"
@@ -342,8 +342,9 @@ def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, ne
                                    if same is None or same.get(rel) == identity["digests"].get(rel)))
     marker.unlink(missing_ok=True)
     big = sum(e.size for e in entries) / max(len(entries), 1) >= (1 << 20)
-    # a network source hides its round trips behind many threads; a local disk is syscall-bound: few
-    n_workers = workers or min(NETWORK_WORKERS if network else 4 if big else 2, len(entries)) or 1
+    # a network source hides its round trips behind many threads; from a local disk, large files gain from a
+    # few, small ones are bound by system calls and lose to the thread hand-offs
+    n_workers = workers or min(NETWORK_WORKERS if network else 4 if big else 1, len(entries)) or 1
     desc = f"staging {Path(src_text.rstrip('/')).name or src_text}"
     log.info("colabkit: staging %s (%d files, %s) from %s, %d at a time", src_text, len(entries),
              _fmt(sum(e.size for e in entries)), "the network" if network else "a local disk", n_workers)
@@ -358,11 +359,12 @@ def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, ne
     else:
         _copy_all(entries, dst, journal, workers=n_workers, desc=desc, quiet=quiet)
         outputs = {e.rel for e in entries}
-        for path in _files(dst):               # a mirror: drop what the source no longer has
-            if path.relative_to(dst).as_posix() not in outputs:
-                path.unlink()
-    _write_json(marker, {**identity, "outputs": sorted(outputs),
-                         "sizes": {rel: (dst / rel).stat().st_size for rel in outputs}})
+        if not created:                        # a mirror: drop what the source no longer has
+            for path in _files(dst):
+                if path.relative_to(dst).as_posix() not in outputs:
+                    path.unlink()
+    sizes = {e.rel: e.size for e in entries} if not archive else {rel: (dst / rel).stat().st_size for rel in outputs}
+    _write_json(marker, {**identity, "outputs": sorted(outputs), "sizes": sizes})
     journal.unlink(missing_ok=True)
     return dst
 
@@ -384,8 +386,9 @@ def _unchanged(previous: dict, identity: dict, checksum: bool) -> bool:
 
 def _intact(dst: Path, previous: dict) -> bool:
     sizes = previous.get("sizes", {})
+    root = str(dst)
     try:
-        return all((dst / rel).stat().st_size == size for rel, size in sizes.items())
+        return all(os.stat(os.path.join(root, rel)).st_size == size for rel, size in sizes.items())
     except OSError:
         return False
 
