@@ -489,7 +489,7 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
 
     Returns the chosen GPUs in the order CUDA will number them; empty for the CPU path (``note`` says why).
     one_process=False: each chosen device goes to a process of its own (`colabkit run`), so several MIG
-    instances may be named.
+    instances may be chosen (named, counted, or by "auto").
     """
     what = f"use_gpus({_request_text(request)})"
     min_free_bytes = None
@@ -543,10 +543,10 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
     qualifying = sorted((g for g in candidates if not failing(g)), key=_rank)
     whole = [g for g in qualifying if not g.is_mig]
     if kind == "auto":  # every qualifying GPU; a MIG instance only alone (CUDA uses one per process)
-        pool = whole or qualifying[:1]
+        pool = qualifying if not one_process else whole or qualifying[:1]
         need, take = 1, len(pool)
     else:
-        pool = whole if value > 1 else qualifying
+        pool = whole if value > 1 and one_process else qualifying
         need = take = value
     if len(pool) < need:
         asked = "GPUs" if kind == "auto" else f"{value} GPU{'s' * (value != 1)}"
@@ -558,7 +558,7 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
                     f"{'qualifies' if len(pool) == 1 else 'qualify'}")
         else:
             have = f"there {'is' if n_have == 1 else 'are'} {n_have} {scope}"
-        if kind == "count" and value > 1 and any(g.is_mig for g in candidates):
+        if kind == "count" and value > 1 and one_process and any(g.is_mig for g in candidates):
             have += " (MIG instances do not count: CUDA uses at most one per process)"
         message = f"{what} asked for {asked}{condition}; {have}:\n{_listing(inv, failing, allowed)}"
         if strict:

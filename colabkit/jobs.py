@@ -16,7 +16,8 @@ COLABKIT_JOB_ATTEMPT tells the job which attempt it is). Ctrl-C or SIGTERM stops
 SIGTERM and ``--grace`` seconds to save, then SIGKILL; a second Ctrl-C kills at once. Exit status: 0 when every
 job succeeded, 1 when one failed, 130 / 143 when interrupted by SIGINT / SIGTERM.
 
-A machine without GPUs runs the jobs on the CPU, ``--per-gpu`` at a time.
+A machine without GPUs runs the jobs on the CPU, ``--per-gpu`` at a time. On a GPU in MIG mode each instance is a
+slot of its own (CUDA gives a process one instance).
 """
 from __future__ import annotations
 

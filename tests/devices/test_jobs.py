@@ -170,6 +170,9 @@ def test_each_job_gets_one_of_the_named_mig_instances(fake_gpus, tmp_path, monke
                       run_dir=tmp_path / "run", out=io.StringIO(), progress=False)
     assert report.exit_code == 0 and report.slots == ["MIG 0:0", "MIG 0:1"]
     assert sorted(r[0]["cvd"] for r in records(tmp_path).values()) == sorted(instances)
+    # "auto" for a run: every instance and whole GPU is a slot of its own (a single process gets one)
+    report = run_jobs([job(tmp_path, "z.py")], run_dir=tmp_path / "run2", out=io.StringIO(), progress=False)
+    assert report.slots == ["MIG 0:0", "MIG 0:1", "GPU 1"]
 
 
 @pytest.mark.parametrize("scenario, error, needles", [
