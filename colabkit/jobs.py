@@ -4,10 +4,11 @@
 
 Each job gets its own GPU through CUDA_DEVICE_ORDER=PCI_BUS_ID + CUDA_VISIBLE_DEVICES (``--per-gpu N`` packs N
 jobs on each GPU; ``--gpus-per-job N`` gives each job N GPUs, e.g. for a MirroredStrategy run; TensorFlow memory
-growth is switched on for them unless the ``memory_growth`` setting is off); jobs beyond the free slots wait. Notebooks run through papermill (``-p name value``; output notebooks
-are saved next to the logs), ``.py`` files with this Python, ``.sh`` files with bash, other executable files
-directly. Arguments after ``--`` go to scripts; notebooks receive ``--name value`` pairs from there as
-parameters. Notebooks run in their own folder, scripts in the current one.
+growth is switched on for them unless the ``memory_growth`` setting is off); jobs beyond the free slots wait.
+Notebooks run through papermill (``-p name value``; output notebooks are saved next to the logs), ``.py`` files
+with this Python, ``.sh`` files with bash, other executable files directly. Arguments after ``--`` go to
+scripts; notebooks receive ``--name value`` pairs from there as parameters. Notebooks run in their own folder,
+scripts in the current one.
 
 Every job file is checked before anything starts. Each job's output goes to ``<run dir>/<job>.log`` (all
 attempts, each with a header), its state to ``<run dir>/summary.json``. A failed job is started again up to
@@ -264,8 +265,10 @@ def _group(chosen: list, size: int) -> tuple[list, str | None]:
     usable = len(ordered) - len(ordered) % size
     groups = [ordered[i:i + size] for i in range(0, usable, size)]
     spare = ordered[usable:]
-    note = (f"{len(ordered)} GPUs do not split into groups of {size}; "
-            f"{'GPU ' if len(spare) == 1 else 'GPUs '}{', '.join(g.label for g in spare)} left idle." if spare else None)
+    note = None
+    if spare:
+        note = (f"{len(ordered)} GPUs do not split into groups of {size}; "
+                f"{'GPU' if len(spare) == 1 else 'GPUs'} {', '.join(g.label for g in spare)} left idle.")
     return groups, note
 
 
@@ -621,7 +624,8 @@ def add_arguments(parser) -> None:
 
 
 def main_from_args(args) -> int:
-    report = run_jobs(args.jobs, gpus=args.gpus, per_gpu=args.per_gpu, gpus_per_job=args.gpus_per_job, params=args.parameter,
-                      args=getattr(args, "passthrough", []) or [], retries=args.retries, run_dir=args.run_dir,
+    report = run_jobs(args.jobs, gpus=args.gpus, per_gpu=args.per_gpu, gpus_per_job=args.gpus_per_job,
+                      params=args.parameter, args=getattr(args, "passthrough", []) or [], retries=args.retries,
+                      run_dir=args.run_dir,
                       grace=args.grace, min_free=args.min_free, max_util=args.max_util, kernel=args.kernel)
     return report.exit_code

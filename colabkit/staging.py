@@ -40,7 +40,10 @@ log = logging.getLogger("colabkit")
 STATE_DIR = ".colabkit-stage"
 PART = ".colabkit-part"
 _SENDFILE_CHUNK = 64 << 20
+_NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EINVAL)}
+_BINARY = getattr(os, "O_BINARY", 0)   # Windows opens descriptors in text mode without it
 _NETWORK_FS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs")
+_LOCAL_FUSE = ("fuseblk",)   # ntfs-3g, exfat: FUSE drivers for a local disk
 NETWORK_WORKERS = 16   # files in flight from a network source: enough to hide a round trip per file
 
 
@@ -66,9 +69,9 @@ def _fmt(n: float) -> str:
 def _local_copy(src: str, size: int):
     def fetch(dest: Path, progress):
         # raw descriptors: for many small files the per-file cost is what counts
-        fin = os.open(src, os.O_RDONLY)
+        fin = os.open(src, os.O_RDONLY | _BINARY)
         try:
-            fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _BINARY, 0o666)
             try:
                 _copy_fd(fin, fout, size, progress)
             finally:
@@ -79,20 +82,28 @@ def _local_copy(src: str, size: int):
 
 
 def _copy_fd(fin: int, fout: int, size: int, progress) -> None:
+    """Copy up to ``size`` bytes: a file that grew is copied again next time; one that shrank (or a mount that
+    dropped) is caught by the size check after the copy."""
     offset = 0
-    try:
-        while offset < size:   # stops at the size listed: a file that grew is copied again next time
-            sent = os.sendfile(fout, fin, offset, min(_SENDFILE_CHUNK, size - offset))
-            if sent == 0:      # it shrank (or the mount dropped): the size check after the copy reports it
-                return
-            offset += sent
-            progress(sent)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOSYS) or offset:
-            raise
-        while chunk := os.read(fin, 8 << 20):  # no sendfile for this pair of files
-            os.write(fout, chunk)
-            progress(len(chunk))
+    if hasattr(os, "sendfile"):
+        try:
+            while offset < size:
+                sent = os.sendfile(fout, fin, offset, min(_SENDFILE_CHUNK, size - offset))
+                if sent == 0:
+                    return
+                offset += sent
+                progress(sent)
+            return
+        except OSError as exc:
+            if exc.errno not in _NO_SENDFILE or offset:
+                raise
+    # no sendfile for this pair of files (macOS sends only to sockets, Windows has none)
+    while offset < size and (chunk := os.read(fin, min(8 << 20, size - offset))):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fout, view):]
+        offset += len(chunk)
+        progress(len(chunk))
 
 
 def _sha256(path: Path):
@@ -139,7 +150,7 @@ def on_network_fs(path) -> bool:
         inside = real == mount or real.startswith(mount.rstrip("/") + "/")
         if inside and len(mount) >= len(best):
             best, fstype = mount, fields[2]
-    return fstype.startswith(_NETWORK_FS)
+    return fstype.startswith(_NETWORK_FS) and not fstype.startswith(_LOCAL_FUSE)
 
 
 def _drive_entries(folder: str) -> tuple[list[Entry], bool]:

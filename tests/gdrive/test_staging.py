@@ -62,6 +62,19 @@ def test_folder_is_copied_then_cached_then_refreshed(tmp_path, monkeypatch, caps
     assert tree(out) == tree(src) and calls["bytes"] == len(b"changed"), "only the changed file is copied"
 
 
+@pytest.mark.parametrize("how", ["refused", "missing"])
+def test_copies_without_sendfile(tmp_path, monkeypatch, how):
+    """macOS allows sendfile only to sockets (ENOTSOCK); Windows has no os.sendfile."""
+    src = make_tree(tmp_path / "data", big=300_000)
+    if how == "missing":
+        monkeypatch.delattr(os, "sendfile")
+    else:
+        def refuse(*args):
+            raise OSError(errno.ENOTSOCK, "Socket operation on non-socket")
+        monkeypatch.setattr(os, "sendfile", refuse)
+    assert tree(colabkit.stage(str(src), tmp_path / "local", quiet=True)) == tree(src)
+
+
 def test_checksum_mode_notices_same_size_same_mtime_changes(tmp_path):
     src = make_tree(tmp_path / "data", n=4)
     out = colabkit.stage(str(src), tmp_path / "local", checksum=True, quiet=True)
