@@ -8,26 +8,40 @@ import os
 from pathlib import Path
 
 from . import config as _config
+from . import mounts
 from .runtime import detect_kind
 
 COLAB_MOUNTPOINT = Path("/content/drive")
 LOCAL_DRIVE_DEFAULT = Path("~/colabkit-drive")
 
 
+def mounted_colab_drive() -> Path | None:
+    """My Drive where this Colab VM has it mounted, without mounting: /content/drive/MyDrive, or a Drive the
+    notebook mounted elsewhere (older notebooks use /content/gdrive); None when it is not mounted."""
+    if (COLAB_MOUNTPOINT / "MyDrive").is_dir():
+        return COLAB_MOUNTPOINT / "MyDrive"
+    for mountpoint in mounts.drive_mounts():
+        for name in ("MyDrive", "My Drive"):   # "My Drive" on older mounts
+            if (Path(mountpoint) / name).is_dir():
+                return Path(mountpoint) / name
+    return None
+
+
 def colab_drive_root() -> Path:
-    """/content/drive/MyDrive, mounting Google Drive first if it is not mounted yet."""
-    my_drive = COLAB_MOUNTPOINT / "MyDrive"
-    if not my_drive.is_dir():
-        try:
-            from google.colab import drive
-        except ImportError as exc:  # google.colab is not on PyPI: no extra can provide it
-            raise ImportError(
-                f"Google Drive is not mounted at {COLAB_MOUNTPOINT} and google.colab cannot be imported here "
-                f"({exc}), so colabkit cannot mount it. In a Colab notebook run "
-                f"`from google.colab import drive; drive.mount({str(COLAB_MOUNTPOINT)!r})`, or set drive_root "
-                f"(COLABKIT_DRIVE_ROOT) to a folder.") from exc
-        drive.mount(str(COLAB_MOUNTPOINT))
-    return my_drive
+    """My Drive on Colab, mounting Google Drive at /content/drive first if it is not mounted anywhere yet."""
+    mounted = mounted_colab_drive()
+    if mounted is not None:
+        return mounted
+    try:
+        from google.colab import drive
+    except ImportError as exc:  # google.colab is not on PyPI: no extra can provide it
+        raise ImportError(
+            f"Google Drive is not mounted at {COLAB_MOUNTPOINT} and google.colab cannot be imported here "
+            f"({exc}), so colabkit cannot mount it. In a Colab notebook run "
+            f"`from google.colab import drive; drive.mount({str(COLAB_MOUNTPOINT)!r})`, or set drive_root "
+            f"(COLABKIT_DRIVE_ROOT) to a folder.") from exc
+    drive.mount(str(COLAB_MOUNTPOINT))
+    return COLAB_MOUNTPOINT / "MyDrive"
 
 
 def drive_root(settings: _config.Settings | None = None) -> Path:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import config as _config
+from .mounts import on_network_fs
 
 log = logging.getLogger("colabkit")
 
@@ -42,8 +43,6 @@ PART = ".colabkit-part"
 _SENDFILE_CHUNK = 64 << 20
 _NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EINVAL)}
 _BINARY = getattr(os, "O_BINARY", 0)   # Windows opens descriptors in text mode without it
-_NETWORK_FS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs")
-_LOCAL_FUSE = ("fuseblk",)   # ntfs-3g, exfat: FUSE drivers for a local disk
 NETWORK_WORKERS = 16   # files in flight from a network source: enough to hide a round trip per file
 
 
@@ -130,27 +129,6 @@ def _local_entries(src: Path) -> list[Entry]:
             entries.append(Entry(path[base:].replace(os.sep, "/"), st.st_size, str(st.st_mtime_ns),
                                  _local_copy(path, st.st_size), _sha256(path)))
     return entries
-
-
-def on_network_fs(path) -> bool:
-    """Whether ``path`` is on a FUSE or network filesystem (Drive's mount, rclone, NFS, SMB), from /proc."""
-    import re
-    try:
-        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
-    except OSError:  # not Linux: treated as a local disk
-        return False
-    real = os.path.realpath(path)
-    best, fstype = "", ""
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])  # "\040" is a space
-        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-        if inside and len(mount) >= len(best):
-            best, fstype = mount, fields[2]
-    return fstype.startswith(_NETWORK_FS) and not fstype.startswith(_LOCAL_FUSE)
 
 
 def _drive_entries(folder: str) -> tuple[list[Entry], bool]:

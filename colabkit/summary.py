@@ -65,9 +65,9 @@ def status() -> Status:
     if settings.drive_root != _config.AUTO:
         root = str(settings.drive_root)
     elif environment.kind == "colab":
-        from .locations import COLAB_MOUNTPOINT
-        mounted = (COLAB_MOUNTPOINT / "MyDrive").is_dir()
-        root = f"{COLAB_MOUNTPOINT / 'MyDrive'}" + ("" if mounted else " (not mounted yet; mounted on first use)")
+        from .locations import COLAB_MOUNTPOINT, mounted_colab_drive
+        mounted = mounted_colab_drive()
+        root = str(mounted) if mounted else f"{COLAB_MOUNTPOINT / 'MyDrive'} (not mounted yet; mounted on first use)"
     else:
         from .locations import drive_root
         root = str(drive_root(settings))

@@ -145,6 +145,19 @@ def test_drive_location_mounts_drive_on_colab(colab_standin):
     assert len([c for c in CALLS if c["call"] == "drive.mount"]) == 1
 
 
+@pytest.mark.fuse
+def test_drive_location_uses_a_drive_the_notebook_mounted_elsewhere(colab_standin, drive_mount_factory):
+    """An old notebook's drive.mount('/content/gdrive') (a real FUSE mount of type fuse.drive, as Colab's):
+    "drive:" uses it instead of mounting Drive a second time at /content/drive; so does the status line."""
+    import google.colab  # noqa: F401  (a Colab kernel)
+    from colabkit import locations, summary
+    gdrive = drive_mount_factory(rate=None, mountpoint=colab_standin.mountpoint.parent / "gdrive")
+    assert locations.resolve("drive:runs/a") == gdrive.my_drive / "runs" / "a"
+    assert summary.status().drive_root == str(gdrive.my_drive)
+    from google.colab._standin import CALLS
+    assert not [c for c in CALLS if c["call"] == "drive.mount"] and not colab_standin.my_drive.exists()
+
+
 def test_drive_location_off_colab_uses_the_configured_root(monkeypatch, tmp_path, isolated_env):
     from colabkit import locations
     assert locations.resolve("drive:runs/a") == isolated_env / "colabkit-drive" / "runs" / "a"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import colabkit
-from colabkit import staging
+from colabkit import mounts, staging
 from colabkit.cli import main
 
 
@@ -157,7 +157,8 @@ def test_from_a_drive_mount_many_at_a_time_and_a_drop_loses_nothing(tmp_path, dr
     drive = drive_mount_factory(rate=None, extra_args=["--open-latency", "0.25"])   # a round trip per file
     expected = tree(make_tree(drive.backing / "MyDrive" / "data", n=40))            # put there beforehand
     src = drive.my_drive / "data"
-    assert staging.on_network_fs(src) and not staging.on_network_fs(tmp_path)
+    assert mounts.on_network_fs(src) and not mounts.on_network_fs(tmp_path)
+    assert mounts.filesystem_of(src) == mounts.DRIVE_FSTYPE and str(drive.mountpoint) in mounts.drive_mounts()
     caplog.set_level("INFO", logger="colabkit")
     assert tree(colabkit.stage(str(src), tmp_path / "local", quiet=True)) == expected
     assert f"from the network, {staging.NETWORK_WORKERS} at a time" in caplog.text
