@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import warnings
 
 from ._version import __version__
 
@@ -150,8 +152,18 @@ def main(argv=None) -> int:
         parser.print_help()
         return 0
     from .config import ConfigError
+
+    package = os.path.dirname(os.path.abspath(__file__))
+
+    def show(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
+        if os.path.abspath(filename).startswith(package + os.sep):  # ours: one line, not a source excerpt
+            print(f"colabkit {args.command}: warning: {message}", file=sys.stderr)
+        else:
+            _default(message, category, filename, lineno, file, line)
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = show
+            return args.func(args)
     except (ConfigError, ValueError, ImportError, OSError) as exc:  # OSError: Drive, links, disk space
         print(f"colabkit {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +24,13 @@ AUTO = "auto"
 
 class ConfigError(ValueError):
     """A setting has a value colabkit cannot use; the message names where it came from and the expected form."""
+
+
+class ConfigWarning(UserWarning):
+    """The configuration is usable but probably not what was meant (e.g. COLABKIT_CONFIG names no file)."""
+
+
+_WARNED_MISSING: set = set()
 
 
 def _duration_or_auto(value: Any, name: str):
@@ -123,7 +131,7 @@ class Settings:
 
 def default_config_file() -> Path:
     """COLABKIT_CONFIG, else the platform's per-user config dir."""
-    explicit = os.environ.get("COLABKIT_CONFIG")
+    explicit = os.environ.get("COLABKIT_CONFIG", "").strip()
     if explicit:
         return Path(os.path.expanduser(explicit))
     if sys.platform == "win32":
@@ -147,10 +155,12 @@ def default_cache_dir() -> Path:
 
 def _read_file(path: Path) -> dict:
     if not path.exists():
-        explicit = os.environ.get("COLABKIT_CONFIG")
-        if explicit:  # a typo here would otherwise silently drop every setting in the intended file
-            raise ConfigError(f"COLABKIT_CONFIG={explicit!r} names {path}, which does not exist. Fix the path, "
-                              f"create the file, or unset COLABKIT_CONFIG to use the default file.")
+        explicit = os.environ.get("COLABKIT_CONFIG", "").strip()
+        if explicit and str(path) not in _WARNED_MISSING:  # a typo would otherwise drop every setting silently
+            _WARNED_MISSING.add(str(path))
+            warnings.warn(f"COLABKIT_CONFIG={explicit!r} names {path.absolute()}, which does not exist; using "
+                          f"the defaults and COLABKIT_* variables. Fix the path, create the file, or unset "
+                          f"COLABKIT_CONFIG.", ConfigWarning, stacklevel=3)
         return {}
     if sys.version_info >= (3, 11):
         import tomllib

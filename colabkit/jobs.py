@@ -253,10 +253,13 @@ def plan_slots(gpus="auto", *, per_gpu: int = 1, gpus_per_job: int = 1, min_free
 
 
 def _group(chosen: list, size: int) -> tuple[list, str | None]:
-    """The chosen GPUs in groups of `size` (neighbours in PCI order, which tend to share a PCIe switch); select_gpus
-    has already refused MIG instances in a group."""
+    """The chosen GPUs in groups of `size`: neighbours in PCI order among them (these tend to share a PCIe switch)."""
     if size == 1:
         return [[g] for g in chosen], None
+    if any(g.is_mig for g in chosen):
+        raise JobError(f"--gpus-per-job {size}: the chosen devices are MIG instances "
+                       f"({', '.join(g.label for g in chosen if g.is_mig)}), and CUDA gives a process at most one; "
+                       f"MIG instances cannot be grouped. Use --gpus-per-job 1, or whole GPUs.")
     if len(chosen) < size:
         raise JobError(f"--gpus-per-job {size}: only {len(chosen)} GPU(s) chosen "
                        f"({', '.join(g.label for g in chosen)}). Ask for at most {len(chosen)}, or choose more "

@@ -18,9 +18,10 @@ LOCAL_DRIVE_DEFAULT = Path("~/colabkit-drive")
 def mounted_colab_drive() -> Path | None:
     """My Drive where this Colab VM has it mounted, without mounting: /content/drive/MyDrive, or a Drive the
     notebook mounted elsewhere (older notebooks use /content/gdrive); None when it is not mounted."""
-    if (COLAB_MOUNTPOINT / "MyDrive").is_dir():
-        return COLAB_MOUNTPOINT / "MyDrive"
-    for mountpoint in mounts.drive_mounts():
+    found = mounts.drive_mounts()
+    # /content/drive first; a plain folder there (made before any mount) must not win over a real mount
+    candidates = sorted(found, key=lambda m: m != str(COLAB_MOUNTPOINT)) if found else [str(COLAB_MOUNTPOINT)]
+    for mountpoint in candidates:
         for name in ("MyDrive", "My Drive"):   # "My Drive" on older mounts
             if (Path(mountpoint) / name).is_dir():
                 return Path(mountpoint) / name

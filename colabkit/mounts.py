@@ -10,7 +10,9 @@ from typing import NamedTuple
 
 DRIVE_FSTYPE = "fuse.drive"   # Google Drive as Colab mounts it ("drive /content/drive fuse.drive ...")
 _NETWORK = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs")
-_LOCAL_FUSE = ("fuseblk",)    # ntfs-3g, exfat: FUSE drivers for a local disk
+# FUSE filesystems over local disks: ntfs-3g and exfat (fuseblk), rootless containers' overlay, mergerfs pools
+# of local drives, encrypted folders
+_LOCAL_FUSE = ("fuseblk", "fuse.fuse-overlayfs", "fuse.mergerfs", "fuse.gocryptfs", "fuse.encfs", "fuse.lxcfs")
 
 
 class Mount(NamedTuple):
@@ -20,7 +22,7 @@ class Mount(NamedTuple):
 
 def table() -> list[Mount]:
     try:
-        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as fh:  # as os.fsdecode
             lines = fh.read().splitlines()
     except OSError:
         return []

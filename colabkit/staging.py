@@ -65,7 +65,7 @@ def _fmt(n: float) -> str:
 
 
 # -- sources -------------------------------------------------------------------------------------------
-def _local_copy(src: str, size: int):
+def _local_copy(src: str, size: int, mtime_ns: int):
     def fetch(dest: Path, progress):
         # raw descriptors: for many small files the per-file cost is what counts
         fin = os.open(src, os.O_RDONLY | _BINARY)
@@ -75,14 +75,17 @@ def _local_copy(src: str, size: int):
                 _copy_fd(fin, fout, size, progress)
             finally:
                 os.close(fout)
+            st = os.fstat(fin)
+            if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):  # rewritten or replaced since it was listed
+                raise OSError(errno.EIO, f"{src} changed during the copy ({size} -> {st.st_size} bytes); run stage "
+                                         f"again to copy its new version.")
         finally:
             os.close(fin)
     return fetch
 
 
 def _copy_fd(fin: int, fout: int, size: int, progress) -> None:
-    """Copy up to ``size`` bytes: a file that grew is copied again next time; one that shrank (or a mount that
-    dropped) is caught by the size check after the copy."""
+    """Copy up to ``size`` bytes (the listed size; the caller checks the source did not change meanwhile)."""
     offset = 0
     if hasattr(os, "sendfile"):
         try:
@@ -118,7 +121,8 @@ def _sha256(path: Path):
 def _local_entries(src: Path) -> list[Entry]:
     if src.is_file():
         st = src.stat()
-        return [Entry(src.name, st.st_size, str(st.st_mtime_ns), _local_copy(str(src), st.st_size), _sha256(src))]
+        return [Entry(src.name, st.st_size, str(st.st_mtime_ns), _local_copy(str(src), st.st_size, st.st_mtime_ns),
+                      _sha256(src))]
     entries = []
     base = len(str(src).rstrip(os.sep)) + 1
     for root, dirs, files in os.walk(src):
@@ -127,7 +131,7 @@ def _local_entries(src: Path) -> list[Entry]:
             path = os.path.join(root, name)
             st = os.stat(path)
             entries.append(Entry(path[base:].replace(os.sep, "/"), st.st_size, str(st.st_mtime_ns),
-                                 _local_copy(path, st.st_size), _sha256(path)))
+                                 _local_copy(path, st.st_size, st.st_mtime_ns), _sha256(path)))
     return entries
 
 
@@ -191,7 +195,7 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     """Copy entries into ``into``, skipping the ones the journal lists as done; journal each completed file."""
     done = {}
     if journal.exists():
-        for line in journal.read_text().splitlines():
+        for line in journal.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
             rel, _, stamp = line.partition("\t")
             done[rel] = stamp
     todo = []
@@ -208,7 +212,8 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     files_done = [0]
     shown = [0.0]
     made: set = set()
-    jfh = open(journal, "a", buffering=1 << 16)   # flushed in batches: a lost line only means one re-copy
+    # flushed in batches: a lost line only means one re-copy; names that are not UTF-8 are kept as they are
+    jfh = open(journal, "a", buffering=1 << 16, encoding="utf-8", errors="surrogateescape")
 
     def one(e: Entry):
         target = os.path.join(into, e.rel)
@@ -266,7 +271,7 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
     src: a folder or .zip/.tar/.tar.gz/.tgz archive: a path, "drive:data/x", "gdrive://data/x", or a Google
     Drive share link. dst: the local folder (default: <cache_dir>/datasets/<name>-<hash>). checksum: decide
     "unchanged" by content instead of size+mtime. workers: files copied at a time (default: 16 from a
-    network source, 2-4 from a local disk).
+    network source; from a local disk 4 for large files, 1 for small ones).
     """
     from .links import is_archive, is_link
     if not isinstance(src, (str, os.PathLike)) or not str(src).strip():
@@ -328,7 +333,8 @@ def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, ne
     if previous is not None and not archive and not journal.exists():  # files staged last time count as done
         same = previous.get("digests", {}) if "digests" in identity else None
         journal.write_text("".join(f"{rel}\t{stamp}\n" for rel, stamp in previous.get("files", {}).items()
-                                   if same is None or same.get(rel) == identity["digests"].get(rel)))
+                                   if same is None or same.get(rel) == identity["digests"].get(rel)),
+                           encoding="utf-8", errors="surrogateescape")
     marker.unlink(missing_ok=True)
     big = sum(e.size for e in entries) / max(len(entries), 1) >= (1 << 20)
     # a network source hides its round trips behind many threads; from a local disk, large files gain from a

@@ -94,11 +94,13 @@ def test_colabkit_config_names_another_file(monkeypatch, tmp_path):
     assert settings.sources["keep"] == f"file {other}"
 
 
-def test_colabkit_config_naming_a_missing_file_is_an_error(monkeypatch, tmp_path):
-    monkeypatch.setenv("COLABKIT_CONFIG", str(tmp_path / "tema.toml"))
-    with pytest.raises(ConfigError) as info:
-        load()
-    assert f"COLABKIT_CONFIG='{tmp_path / 'tema.toml'}'" in str(info.value) and "does not exist" in str(info.value)
+def test_colabkit_config_naming_a_missing_file_warns_once_and_uses_defaults(monkeypatch, tmp_path):
+    monkeypatch.setattr(config, "_WARNED_MISSING", set())
+    monkeypatch.setenv("COLABKIT_CONFIG", f" {tmp_path / 'tema.toml'} ")   # stray spaces are ignored
+    monkeypatch.setenv("COLABKIT_KEEP", "4")
+    with pytest.warns(config.ConfigWarning, match=r"names .*tema\.toml, which does not exist") as caught:
+        assert load().keep == 4 and load().sources["keep"] == "env COLABKIT_KEEP"
+    assert len(caught) == 1, "one warning per path, not one per load()"
 
 
 @pytest.mark.parametrize("raw, expected", [

@@ -198,8 +198,10 @@ class Checkpoints:
                 except _state.StateError as exc:
                     raise CheckpointError(str(exc)) from None
                 except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
-                    self._warn(f"{'local' if from_local else 'destination'} copy of checkpoint {info.name} "
-                               f"(step {info.step}) is damaged or unreadable ({exc}); trying the next copy")
+                    what = (f"shared checkpoint from {self.resume_from}" if pulled is not None
+                            else f"{'local' if from_local else 'destination'} copy of checkpoint")
+                    self._warn(f"{what} {info.name} (step {info.step}) is damaged or unreadable ({exc}); trying the "
+                               f"next copy")
                     continue
                 source = "link" if pulled is not None else "local" if from_local else "destination"
                 return Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state, path=info.path,

@@ -175,14 +175,17 @@ def test_each_job_gets_one_of_the_named_mig_instances(fake_gpus, tmp_path, monke
     assert report.slots == ["MIG 0:0", "MIG 0:1", "GPU 1"]
 
 
-@pytest.mark.parametrize("scenario, error, needles", [
-    ("home_rig", JobError, ["--gpus-per-job 3", "only 2 GPU(s) chosen (0, 1)", "at most 2"]),
-    ("mig", GPUSelectionError, ["at most one MIG instance per process"]),
+@pytest.mark.parametrize("scenario, gpus, size, error, needles", [
+    ("home_rig", "auto", 3, JobError, ["--gpus-per-job 3", "only 2 GPU(s) chosen (0, 1)", "at most 2"]),
+    ("mig", "instances", 2, GPUSelectionError, ["at most one MIG instance per process"]),
+    ("mig", "one instance", 2, JobError, ["MIG instances (0:0)", "cannot be grouped"]),
 ])
-def test_gpus_per_job_that_cannot_be_met(fake_gpus, tmp_path, scenario, error, needles):
+def test_gpus_per_job_that_cannot_be_met(fake_gpus, tmp_path, scenario, gpus, size, error, needles):
     fake_gpus(scenario)
     from colabkit import devices
-    size, gpus = (3, "auto") if scenario == "home_rig" else (2, ",".join(g.uuid for g in devices.gpus() if g.is_mig))
+    instances = [g.uuid for g in devices.gpus() if g.is_mig]
+    if gpus != "auto":
+        gpus = ",".join(instances) if gpus == "instances" else instances[0]
     with pytest.raises(error) as err:
         run_jobs([job(tmp_path, "x.py")], gpus=gpus, gpus_per_job=size, run_dir=tmp_path / "run", out=io.StringIO())
     for needle in needles:

@@ -75,6 +75,34 @@ def test_copies_without_sendfile(tmp_path, monkeypatch, how):
     assert tree(colabkit.stage(str(src), tmp_path / "local", quiet=True)) == tree(src)
 
 
+def test_a_file_rewritten_during_the_copy_is_an_error_not_a_torn_copy(tmp_path, monkeypatch):
+    src = make_tree(tmp_path / "data", n=4)
+    labels = src / "labels.csv"
+    labels.write_text("id,label\n1,dog\n")
+    real_copy = staging._copy_fd
+
+    def copy_then_rewrite(fin, fout, size, progress):
+        real_copy(fin, fout, size, progress)
+        if os.fstat(fin).st_ino == labels.stat().st_ino:   # appended to while it is being copied
+            with open(labels, "a") as fh:
+                fh.write("2,cat\n3,owl\n")
+    monkeypatch.setattr(staging, "_copy_fd", copy_then_rewrite)
+    with pytest.raises(OSError, match="changed during the copy") as info:
+        colabkit.stage(str(src), tmp_path / "local", workers=1, quiet=True)
+    assert info.value.errno == errno.EIO and not (tmp_path / "local" / "labels.csv").exists()
+    monkeypatch.setattr(staging, "_copy_fd", real_copy)
+    assert tree(colabkit.stage(str(src), tmp_path / "local", quiet=True)) == tree(src)
+
+
+def test_file_names_that_are_not_utf8(tmp_path):
+    src = make_tree(tmp_path / "data", n=2)
+    odd = os.path.join(os.fsencode(src), b"caf\xe9.txt")
+    with open(odd, "wb") as fh:
+        fh.write(b"latin-1 name")
+    out = colabkit.stage(str(src), tmp_path / "local", quiet=True)
+    assert tree(out) == tree(src) and colabkit.stage(str(src), out, quiet=True) == out
+
+
 def test_checksum_mode_notices_same_size_same_mtime_changes(tmp_path):
     src = make_tree(tmp_path / "data", n=4)
     out = colabkit.stage(str(src), tmp_path / "local", checksum=True, quiet=True)
