@@ -157,6 +157,7 @@ class AutoResume(keras.callbacks.Callback):
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers()
         try:
+            self.checkpoints.claim()   # another run writing this folder is an error now, not a mix-up later
             self._state_nbytes = self._buffers.prefill([v for group in self._variables() for v in group])
             self._restore_and_position()
         except BaseException:
@@ -323,6 +324,8 @@ class AutoResume(keras.callbacks.Callback):
                 else:  # a back end that is not a filesystem (gdrive://)
                     destination.remove_all()
                 remove_tree(self.checkpoints.local.path)
+            if self.checkpoints.wait(0):   # all on the destination: another run may write here now
+                self.checkpoints.release()
         finally:
             self._restore_signal_handlers()
         if self._interrupt == "SIGTERM":

@@ -13,17 +13,14 @@ from pathlib import Path
 from .. import config as _config
 from ..locations import resolve
 from . import state as _state
-from .folder import CheckpointFolder, CheckpointInfo, CorruptCheckpoint, new_name
+from . import writer as _writer
+from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, new_name
 from .manifest import ManifestError
 from .uploader import Job, Uploader
 
 log = logging.getLogger("colabkit")
 
 _OPEN = weakref.WeakSet()
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint exists but cannot be used (e.g. it does not fit the model being resumed)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +60,9 @@ class Checkpoints:
     resume_from: a Google Drive share link to a checkpoint (folder, or .zip/.tar of one): restored when
     ``directory`` has none yet; training then continues into ``directory``.
 
-    One writer per folder is assumed. At interpreter exit, pending uploads get up to 60 s to finish.
+    One writing process per folder: the first save (or ``claim()``) claims it on this machine, and a second
+    process that tries gets FolderInUse (a CheckpointError); writers on different machines are not detected.
+    At interpreter exit, pending uploads get up to 60 s to finish.
     """
 
     def __init__(self, directory, *, keep: int | None = None, keep_every=None, local_dir=None, resume_from=None):
@@ -92,6 +91,7 @@ class Checkpoints:
         self._uploader = Uploader(self.local, self.dest, keep=self.keep, keep_every=self.keep_every,
                                   on_warning=self._warn)
         self._seq = 0
+        self._claimed = False
         self.last_snapshot_s: float | None = None
         _OPEN.add(self)
 
@@ -119,6 +119,7 @@ class Checkpoints:
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step={step!r} is invalid: pass a non-negative integer (e.g. the global batch count).")
+        self.claim()
         started = time.monotonic()
         snap = _state.snapshot(state, copy_arrays=_copy_arrays)
         local_dir = self.local.path / new_name(step)
@@ -144,7 +145,21 @@ class Checkpoints:
         An upload still running at the timeout goes on in the background until it succeeds or fails; after
         close nothing is retried, and what did not reach the destination stays committed on local disk."""
         self._uploader.close(timeout)
+        self.release()
         _OPEN.discard(self)
+
+    def claim(self) -> None:
+        """Claim the folder for this process before writing (``save`` does it too). Raises FolderInUse when
+        another process on this machine is writing to it."""
+        if not self._claimed:
+            _writer.claim(self.local.path, self, self.location)
+            self._claimed = True
+
+    def release(self) -> None:
+        """Let other processes write to the folder (``close`` does it too)."""
+        if self._claimed:
+            _writer.release(self.local.path, self)
+            self._claimed = False
 
     def __enter__(self):
         return self

@@ -19,6 +19,11 @@ from .storage import copy_file, fsync_dir, remove_tree, write_bytes
 _NAME = re.compile(r"^ckpt-(\d{12})-([0-9a-f]{6})$")
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be used (e.g. it does not fit the model being resumed), or the folder
+    cannot be written (another run on this machine is writing to it)."""
+
+
 class CorruptCheckpoint(Exception):
     """A committed checkpoint whose files do not match its manifest."""
 

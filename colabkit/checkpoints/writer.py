@@ -1,0 +1,71 @@
+"""One writing process per checkpoint folder on this machine.
+
+Two runs writing one folder prune and resume each other's checkpoints (a `colabkit run` sweep whose jobs all
+save to "drive:runs/mnist" would). Before it writes, a process claims the folder's local staging directory with
+an advisory lock (flock), which the OS releases when the process dies: a crash or a kill never leaves a stale
+claim. Several Checkpoints objects in one process (a notebook cell run twice) share the claim. Only processes on
+the same machine are detected (Drive offers no reliable lock); where flock is unavailable nothing is checked.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from .folder import CheckpointError
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+LOCK_NAME = ".colabkit-writer.lock"
+
+_claims: dict[str, tuple[int, set]] = {}   # staging dir -> (locked fd, ids of the objects holding the claim)
+_mutex = threading.Lock()
+
+
+class FolderInUse(CheckpointError):
+    """Another process on this machine is writing checkpoints to the same folder."""
+
+
+def claim(staging: Path, owner: object, destination) -> None:
+    """Claim ``staging`` for this process on behalf of ``owner``; FolderInUse when another process holds it."""
+    if fcntl is None:
+        return
+    key = str(Path(staging).absolute())
+    with _mutex:
+        if key in _claims:
+            _claims[key][1].add(id(owner))
+            return
+        Path(key).mkdir(parents=True, exist_ok=True)
+        fd = os.open(os.path.join(key, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise FolderInUse(
+                f"{holder} is already writing checkpoints to {destination} on this machine; two runs in one "
+                f"folder would prune and resume each other's checkpoints. Give each run its own folder (in "
+                f"`colabkit run` jobs, e.g. f\"drive:runs/mnist-{{os.environ['COLABKIT_JOB']}}\"), or stop the "
+                f"other run first.") from None
+        except OSError:  # this filesystem has no flock: nothing to check
+            os.close(fd)
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()}\n".encode(), 0)
+        _claims[key] = (fd, {id(owner)})
+
+
+def release(staging: Path, owner: object) -> None:
+    """``owner`` is done writing; the lock goes when no object in this process holds the claim."""
+    key = str(Path(staging).absolute())
+    with _mutex:
+        held = _claims.get(key)
+        if held is None:
+            return
+        held[1].discard(id(owner))
+        if not held[1]:
+            del _claims[key]
+            os.close(held[0])   # closing the descriptor drops the flock
