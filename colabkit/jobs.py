@@ -308,7 +308,7 @@ def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, gpus_per_job: in
     """Run the job files over the chosen GPUs (see the module docs); returns a RunReport (``exit_code``).
 
     gpus: as for ``colabkit.use_gpus`` ("auto", a count, "0,1", UUIDs). gpus_per_job: GPUs in each job's
-    CUDA_VISIBLE_DEVICES (groups of neighbours in PCI order; spare GPUs stay idle). params: [(name, value)] for
+    CUDA_VISIBLE_DEVICES (the chosen GPUs grouped in PCI order; spare ones stay idle). params: [(name, value)] for
     notebooks.
     args: the argv tail for scripts (and ``--name value`` parameters for notebooks). out: where progress lines go
     (default stdout). progress: a tqdm bar (default: on a terminal or in a notebook).
@@ -612,7 +612,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--per-gpu", type=int, default=1, metavar="N",
                         help="jobs at a time on each GPU (or group of --gpus-per-job GPUs; default 1)")
     parser.add_argument("--gpus-per-job", type=int, default=1, metavar="N",
-                        help="GPUs each job gets, neighbours in PCI order (default 1; 2+ for a MirroredStrategy job)")
+                        help="GPUs each job gets: the chosen GPUs grouped in PCI order (default 1; 2+ for a "
+                             "MirroredStrategy job)")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a papermill parameter for notebook jobs (repeatable)")
     parser.add_argument("--retries", type=int, default=0, metavar="N",
