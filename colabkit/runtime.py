@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from . import config as _config
+from .units import format_duration
 
 PROC_UPTIME = Path("/proc/uptime")
 COLAB_MARKER = Path("/var/colab/hostname")
@@ -48,6 +49,14 @@ class Environment:
     def cap_at(self) -> float | None:
         """Wall-clock time (time.time()) at which the cap is reached."""
         return None if self.runtime_cap is None else self.taken_at + self.time_left
+
+    def cap_phrase(self) -> str:
+        """How the runtime cap stands: "3h 10m left of a 12h 00m cap" or "past the 12h 00m cap by 5m"."""
+        if self.runtime_cap is None:
+            return "no runtime cap"
+        if self.time_left > 0:
+            return f"{format_duration(self.time_left)} left of a {format_duration(self.runtime_cap)} cap"
+        return f"past the {format_duration(self.runtime_cap)} cap by {format_duration(-self.time_left)}"
 
     @property
     def is_hosted(self) -> bool:

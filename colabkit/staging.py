@@ -336,13 +336,14 @@ def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, ne
                                    if same is None or same.get(rel) == identity["digests"].get(rel)),
                            encoding="utf-8", errors="surrogateescape")
     marker.unlink(missing_ok=True)
-    big = sum(e.size for e in entries) / max(len(entries), 1) >= (1 << 20)
+    total = sum(e.size for e in entries)
+    big = total / max(len(entries), 1) >= (1 << 20)
     # a network source hides its round trips behind many threads; from a local disk, large files gain from a
     # few, small ones are bound by system calls and lose to the thread hand-offs
     n_workers = workers or min(NETWORK_WORKERS if network else 4 if big else 1, len(entries)) or 1
     desc = f"staging {Path(src_text.rstrip('/')).name or src_text}"
     log.info("colabkit: staging %s (%d files, %s) from %s, %d at a time", src_text, len(entries),
-             _fmt(sum(e.size for e in entries)), "the network" if network else "a local disk", n_workers)
+             _fmt(total), "the network" if network else "a local disk", n_workers)
     if archive:
         downloads = state_dir / "archive"
         downloads.mkdir(exist_ok=True)

@@ -38,17 +38,12 @@ class Status:
 
     def text(self) -> str:
         e = self.environment
-        if e.runtime_cap is None:
-            cap = "no runtime cap"
-        else:
-            cap = (f"{format_duration(e.time_left)} left of a {format_duration(e.runtime_cap)} cap" if e.time_left > 0
-                   else f"past the {format_duration(e.runtime_cap)} cap by {format_duration(-e.time_left)}")
         idle = "none" if e.idle_cutoff is None else format_duration(e.idle_cutoff)
         gpus = "unknown (no NVIDIA driver found)" if self.gpus is None else str(self.gpus)
         return "\n".join([
             f"colabkit: running on {e.kind}",
             f"  VM age      {format_duration(e.uptime)}  (from {e.uptime_source})",
-            f"  runtime     {cap}",
+            f"  runtime     {e.cap_phrase()}",
             f"  idle cutoff {idle}",
             f"  drive root  {self.drive_root}",
             f"  GPUs        {gpus}",

@@ -107,9 +107,7 @@ def snapshot() -> Snapshot:
         cap_fraction, cap_text = None, "no runtime cap here"
     else:
         cap_fraction = min(1.0, max(0.0, e.uptime / e.runtime_cap))
-        left = e.time_left
-        cap_text = (f"{format_duration(left)} left of a {format_duration(e.runtime_cap)} cap (at {_clock(e.cap_at)})"
-                    if left > 0 else f"past the {format_duration(e.runtime_cap)} cap by {format_duration(-left)}")
+        cap_text = e.cap_phrase() + (f" (at {_clock(e.cap_at)})" if e.time_left > 0 else "")
     rows.append(("runtime", "runtime cap", cap_text))
 
     p = current()
