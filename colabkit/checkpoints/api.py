@@ -91,7 +91,6 @@ class Checkpoints:
         self._uploader = Uploader(self.local, self.dest, keep=self.keep, keep_every=self.keep_every,
                                   on_warning=self._warn)
         self._seq = 0
-        self._claimed = False
         self.last_snapshot_s: float | None = None
         _OPEN.add(self)
 
@@ -151,15 +150,11 @@ class Checkpoints:
     def claim(self) -> None:
         """Claim the folder for this process before writing (``save`` does it too). Raises FolderInUse when
         another process on this machine is writing to it."""
-        if not self._claimed:
-            _writer.claim(self.local.path, self, self.location)
-            self._claimed = True
+        _writer.claim(self.local.path, self, self.location)
 
     def release(self) -> None:
         """Let other processes write to the folder (``close`` does it too)."""
-        if self._claimed:
-            _writer.release(self.local.path, self)
-            self._claimed = False
+        _writer.release(self.local.path, self)
 
     def __enter__(self):
         return self

@@ -30,7 +30,8 @@ class FolderInUse(CheckpointError):
 
 
 def claim(staging: Path, owner: object, destination) -> None:
-    """Claim ``staging`` for this process on behalf of ``owner``; FolderInUse when another process holds it."""
+    """Claim ``staging`` for this process on behalf of ``owner`` (again: no-op); FolderInUse when another process
+    holds it."""
     if fcntl is None:
         return
     key = str(Path(staging).absolute())
@@ -59,7 +60,8 @@ def claim(staging: Path, owner: object, destination) -> None:
 
 
 def release(staging: Path, owner: object) -> None:
-    """``owner`` is done writing; the lock goes when no object in this process holds the claim."""
+    """``owner`` is done writing (also when it never claimed); the lock goes when no object in this process
+    holds the claim."""
     key = str(Path(staging).absolute())
     with _mutex:
         held = _claims.get(key)
