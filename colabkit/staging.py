@@ -15,7 +15,11 @@ Sources: a folder or a .zip/.tar/.tar.gz/.tgz archive (extracted after the copy)
   calls. Zero-copy (sendfile) for mounted sources; one tqdm bar counts bytes, its postfix counts files.
 
 The destination is a mirror: files the source no longer has are removed, so ``dst`` must be a folder
-colabkit staged before, or new/empty.
+colabkit staged before, or new/empty. It holds the source's files and nothing else: the bookkeeping (what was
+staged, the journal of an unfinished copy, downloads and extraction in progress) lives beside it, in
+``<dst>.colabkit-stage/`` (see state_dir), so a folder-per-class loader that lists every entry sees only the
+source's classes. A copy made by an older version, with ``.colabkit-stage/`` inside, has it moved out on the
+next stage.
 """
 from __future__ import annotations
 
@@ -38,7 +42,8 @@ from .mounts import on_network_fs
 
 log = logging.getLogger("colabkit")
 
-STATE_DIR = ".colabkit-stage"
+STATE_SUFFIX = ".colabkit-stage"    # <dst>.colabkit-stage/: the bookkeeping, beside the staged folder
+STATE_DIR = ".colabkit-stage"       # where versions before it lived: inside the staged folder (moved out when met)
 PART = ".colabkit-part"
 _SENDFILE_CHUNK = 64 << 20
 _NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EINVAL)}
@@ -126,6 +131,8 @@ def _local_entries(src: Path) -> list[Entry]:
     entries = []
     base = len(str(src).rstrip(os.sep)) + 1
     for root, dirs, files in os.walk(src):
+        if root == str(src):                   # the bookkeeping of a copy staged by an older version is not data
+            dirs[:] = [d for d in dirs if d != STATE_DIR]
         dirs.sort()
         for name in sorted(files):
             path = os.path.join(root, name)
@@ -165,6 +172,52 @@ def _default_dst(src: str) -> Path:
             name = name[: -len(suffix)]
     digest = hashlib.sha1(src.encode()).hexdigest()[:8]
     return _config.load().resolved_cache_dir() / "datasets" / f"{name}-{digest}"
+
+
+def state_dir(dst: Path) -> Path:
+    """Where stage keeps its bookkeeping for the staged folder ``dst``: beside it, ``<dst>.colabkit-stage/``;
+    where that folder's parent is not writable (dst is a mount point, say), in the cache dir under a name
+    derived from dst's path. An existing one of the two is used."""
+    dst = Path(dst)
+    beside = dst.with_name(dst.name + STATE_SUFFIX) if dst.name else dst / STATE_SUFFIX
+    keyed = (_config.load().resolved_cache_dir() / "stage-state" /
+             f"{dst.name or 'root'}-{hashlib.sha1(str(dst).encode(errors='surrogateescape')).hexdigest()[:12]}")
+    if beside.is_dir() or keyed.is_dir():
+        return beside if beside.is_dir() else keyed
+    parent = beside.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return beside if os.access(parent, os.W_OK) else keyed
+
+
+def _claim(dst: Path, state: Path) -> None:
+    """Make dst and its bookkeeping, recording which folder the bookkeeping is for (its inode)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    state.mkdir(parents=True, exist_ok=True)
+    _write_json(state / "folder.json", {"folder": str(dst), "inode": dst.stat().st_ino})
+
+
+def _owns(state: Path, dst: Path) -> bool:
+    """The bookkeeping is dst's: dst is the folder it was written for (not one deleted, then made again)."""
+    if not dst.is_dir():
+        return False
+    record = _read_json(state / "folder.json")
+    return record is None or record.get("inode") == dst.stat().st_ino
+
+
+def _adopt_state(dst: Path, state: Path) -> None:
+    """Bookkeeping of an older version (inside dst) moves beside it; stale bookkeeping (dst gone) is dropped."""
+    legacy = dst / STATE_DIR
+    if legacy.is_dir() and not legacy.is_symlink():
+        if state.is_dir():                     # both: the one beside is this version's own
+            shutil.rmtree(legacy)
+        else:
+            state.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(legacy), str(state))
+            _claim(dst, state)
+            log.info("colabkit: moved the staging bookkeeping out of %s, to %s", dst, state)
+    if state.is_dir() and not _owns(state, dst):
+        shutil.rmtree(state)
 
 
 def _check_space(where: Path, need: int, what: str) -> None:
@@ -269,24 +322,27 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
     """Copy a dataset to fast local disk (cached, resumable); returns the local folder.
 
     src: a folder or .zip/.tar/.tar.gz/.tgz archive: a path, "drive:data/x", "gdrive://data/x", or a Google
-    Drive share link. dst: the local folder (default: <cache_dir>/datasets/<name>-<hash>). checksum: decide
-    "unchanged" by content instead of size+mtime. workers: files copied at a time (default: 16 from a
-    network source; from a local disk 4 for large files, 1 for small ones).
+    Drive share link. dst: the local folder (default: <cache_dir>/datasets/<name>-<hash>); it holds exactly
+    the source's files (a mirror), and colabkit's bookkeeping (what was staged, the journal that lets an
+    interrupted copy resume) is kept beside it in <dst>.colabkit-stage/ (in the cache dir where dst's parent is
+    not writable; see state_dir). checksum: decide "unchanged" by content instead of size+mtime. workers: files
+    copied at a time (default: 16 from a network source; from a local disk 4 for large files, 1 for small ones).
     """
     from .links import is_archive, is_link
     if not isinstance(src, (str, os.PathLike)) or not str(src).strip():
         raise ValueError(f"src={src!r} is empty; pass a dataset folder or archive (a path, \"drive:...\", "
                          f"\"gdrive://...\" or a share link).")
     src_text = os.fspath(src) if isinstance(src, os.PathLike) else src.strip()
-    dst = Path(os.path.expanduser(str(dst))).absolute() if dst is not None else _default_dst(src_text)
-    state_dir = dst / STATE_DIR
-    marker = state_dir / "complete.json"
-    if dst.exists() and (not dst.is_dir() or (any(dst.iterdir()) and not state_dir.is_dir())):
+    dst = Path(os.path.abspath(os.path.expanduser(str(dst)))) if dst is not None else _default_dst(src_text)
+    state = state_dir(dst)
+    _adopt_state(dst, state)
+    marker = state / "complete.json"
+    if dst.exists() and (not dst.is_dir() or (any(dst.iterdir()) and not state.is_dir())):
         raise FileExistsError(f"{dst} exists and was not made by colabkit.stage; staging mirrors the source and "
                               f"would delete what is there. Pass a new or empty folder as dst.")
 
     if is_link(src_text):
-        return _stage_link(src_text, dst, quiet=quiet)
+        return _stage_link(src_text, dst, state, quiet=quiet)
     if src_text.startswith("gdrive://"):
         entries, single = _drive_entries(src_text[len("gdrive://"):])
         network = True
@@ -316,19 +372,19 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
         return dst
     created = not dst.exists()
     try:
-        return _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, network, created)
+        return _stage_entries(src_text, dst, state, entries, identity, archive, workers, quiet, network, created)
     except InsufficientSpace:
         if created:                            # nothing is left behind by a copy that could not start
             shutil.rmtree(dst, ignore_errors=True)
+            shutil.rmtree(state, ignore_errors=True)
         raise
 
 
-def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, network, created) -> Path:
+def _stage_entries(src_text, dst, state, entries, identity, archive, workers, quiet, network, created) -> Path:
     from .links import extract_archive
-    state_dir = dst / STATE_DIR
-    marker = state_dir / "complete.json"
-    state_dir.mkdir(parents=True, exist_ok=True)
-    journal = state_dir / "journal.tsv"
+    marker = state / "complete.json"
+    _claim(dst, state)
+    journal = state / "journal.tsv"
     previous = _read_json(marker)
     if previous is not None and not archive and not journal.exists():  # files staged last time count as done
         same = previous.get("digests", {}) if "digests" in identity else None
@@ -345,20 +401,18 @@ def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, ne
     log.info("colabkit: staging %s (%d files, %s) from %s, %d at a time", src_text, len(entries),
              _fmt(total), "the network" if network else "a local disk", n_workers)
     if archive:
-        downloads = state_dir / "archive"
+        downloads = state / "archive"
         downloads.mkdir(exist_ok=True)
         _copy_all(entries, downloads, journal, workers=1, desc=desc, quiet=quiet)
         arch = downloads / entries[0].rel
-        _extract_into(arch, dst, extract_archive)
+        _extract_into(arch, dst, state, extract_archive)
         arch.unlink()
         outputs = {p.relative_to(dst).as_posix() for p in _files(dst)}
     else:
         _copy_all(entries, dst, journal, workers=n_workers, desc=desc, quiet=quiet)
         outputs = {e.rel for e in entries}
         if not created:                        # a mirror: drop what the source no longer has
-            for path in _files(dst):
-                if path.relative_to(dst).as_posix() not in outputs:
-                    path.unlink()
+            _prune(dst, outputs)
     sizes = {e.rel: e.size for e in entries} if not archive else {rel: (dst / rel).stat().st_size for rel in outputs}
     _write_json(marker, {**identity, "outputs": sorted(outputs), "sizes": sizes})
     journal.unlink(missing_ok=True)
@@ -367,9 +421,38 @@ def _stage_entries(src_text, dst, entries, identity, archive, workers, quiet, ne
 
 def _files(root: Path):
     for base, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != STATE_DIR]
         for name in files:
             yield Path(base) / name
+
+
+def _prune(dst: Path, keep: set) -> None:
+    """Remove the files below dst not in ``keep`` (relative posix paths), then the folders left empty."""
+    root = str(dst)
+    for base, dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            path = os.path.join(base, name)
+            if os.path.relpath(path, root).replace(os.sep, "/") not in keep:
+                os.unlink(path)
+        if base != root and not os.listdir(base):
+            os.rmdir(base)
+
+
+def _clear(folder: Path) -> None:
+    """Empty ``folder`` (a mirror about to receive a new extraction or download)."""
+    for child in list(folder.iterdir()):
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def _move_in(child: Path, target: Path) -> None:
+    try:
+        os.replace(child, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:           # the bookkeeping on another disk than dst (see state_dir)
+            raise
+        shutil.move(str(child), str(target))
 
 
 def _unchanged(previous: dict, identity: dict, checksum: bool) -> bool:
@@ -389,8 +472,8 @@ def _intact(dst: Path, previous: dict) -> bool:
         return False
 
 
-def _extract_into(archive: Path, dst: Path, extract) -> None:
-    """Extract next to dst, check the space first, then move the members into place."""
+def _extract_into(archive: Path, dst: Path, state: Path, extract) -> None:
+    """Extract beside dst (in its bookkeeping folder), check the space first, then move the members into place."""
     import tarfile
     import zipfile
     try:
@@ -403,42 +486,38 @@ def _extract_into(archive: Path, dst: Path, extract) -> None:
     except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
         raise ValueError(f"{archive.name} is not a readable archive ({exc}).") from None
     _check_space(dst, need, f"the contents of {archive.name}")
-    tmp = dst / STATE_DIR / "extracting"
+    tmp = state / "extracting"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         extract(archive, tmp)
-        for path in list(_files(dst)):
-            path.unlink()
+        _clear(dst)
         for child in tmp.iterdir():
-            target = dst / child.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(child, target)
+            _move_in(child, dst / child.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _stage_link(url: str, dst: Path, *, quiet: bool) -> Path:
+def _stage_link(url: str, dst: Path, state: Path, *, quiet: bool) -> Path:
     """Share links carry no size/mtime we can check without downloading: cached by URL once complete."""
     from .links import extract_archive, fetch, is_archive
-    marker = dst / STATE_DIR / "complete.json"
+    marker = state / "complete.json"
     previous = _read_json(marker)
     if previous is not None and previous.get("source") == url and _intact(dst, previous):
         return dst
-    (dst / STATE_DIR).mkdir(parents=True, exist_ok=True)
-    download = dst / STATE_DIR / "download"
+    _claim(dst, state)
+    marker.unlink(missing_ok=True)             # not complete until this download is in place
+    download = state / "download"
     shutil.rmtree(download, ignore_errors=True)
     got = fetch(url, download, quiet=quiet)
     try:
         if got.is_file():
             if not is_archive(got.name):
                 raise ValueError(f"{url} is a single file ({got.name}) that is not a .zip/.tar(.gz) archive.")
-            _extract_into(got, dst, extract_archive)
+            _extract_into(got, dst, state, extract_archive)
         else:
-            for path in list(_files(dst)):
-                path.unlink()
+            _clear(dst)
             for child in got.iterdir():
-                os.replace(child, dst / child.name)
+                _move_in(child, dst / child.name)
     finally:
         shutil.rmtree(download, ignore_errors=True)
     outputs = sorted(p.relative_to(dst).as_posix() for p in _files(dst))

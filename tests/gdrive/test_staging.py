@@ -28,9 +28,33 @@ def make_tree(root: Path, n=30, big=0):
     return root
 
 
+def make_classes(root: Path, classes=("cat", "dog"), n=6) -> Path:
+    """A folder-per-class dataset, as torchvision's ImageFolder or Keras' image_dataset_from_directory read it."""
+    for c in classes:
+        (root / c).mkdir(parents=True)
+        for i in range(n):
+            (root / c / f"{i:03d}.jpg").write_bytes(os.urandom(200 + i))
+    return root
+
+
 def tree(root: Path) -> dict:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and staging.STATE_DIR not in p.parts}
+    """Every file below root (hidden ones included) and its bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def listing(root: Path) -> list:
+    """Every entry below root, folders ending in "/", hidden ones included: what os.listdir-based loaders see."""
+    found = []
+    for base, dirs, files in os.walk(root):
+        rel = Path(base).relative_to(root)
+        found += [(rel / d).as_posix() + "/" for d in dirs] + [(rel / f).as_posix() for f in files]
+    return sorted(found)
+
+
+def identities(root: Path) -> dict:
+    """(inode, mtime) of every file: a file copied again (written as a part file, then renamed) gets a new inode."""
+    return {p.relative_to(root).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in root.rglob("*")
+            if p.is_file()}
 
 
 def count_sendfile(monkeypatch, fail_after=None):
@@ -129,6 +153,106 @@ def test_interrupted_copy_resumes_without_recopying(tmp_path, monkeypatch):
     assert calls["bytes"] == total - first, "files finished before the drop are not copied again"
 
 
+def test_staged_folder_holds_exactly_the_source(tmp_path, monkeypatch):
+    """No bookkeeping inside the copy: a folder-per-class loader (ImageFolder, os.listdir) sees only the classes."""
+    src = make_classes(tmp_path / "pets")
+    out = colabkit.stage(str(src), tmp_path / "local", quiet=True)
+    assert sorted(os.listdir(out)) == ["cat", "dog"]
+    assert listing(out) == listing(src) and tree(out) == tree(src)
+    before = identities(out)
+    calls = count_sendfile(monkeypatch)
+    assert colabkit.stage(str(src), out, quiet=True) == out
+    assert calls["n"] == 0 and identities(out) == before, "unchanged: a no-op, no file copied again"
+    assert listing(out) == listing(src)
+    # the source loses a class and gains one: the mirror keeps no empty folder of the old class
+    shutil.rmtree(src / "dog")
+    make_classes(src, classes=("owl",), n=2)
+    assert colabkit.stage(str(src), out, quiet=True) == out
+    assert listing(out) == listing(src) and tree(out) == tree(src)
+
+
+def test_bookkeeping_is_kept_beside_the_copy(tmp_path):
+    src = make_classes(tmp_path / "pets", n=2)
+    out = colabkit.stage(str(src), tmp_path / "local", quiet=True)
+    assert sorted(os.listdir(tmp_path)) == ["local", "local" + staging.STATE_SUFFIX, "pets"]
+    assert staging.state_dir(out) == tmp_path / ("local" + staging.STATE_SUFFIX)
+    default = colabkit.stage(str(src), quiet=True)                # the default destination, in the cache dir
+    assert listing(default) == listing(src) and staging.state_dir(default).is_dir()
+    assert sorted(os.listdir(default.parent)) == [default.name, default.name + staging.STATE_SUFFIX]
+
+
+def test_interrupted_staging_holds_only_source_files_and_resumes(tmp_path, monkeypatch):
+    src = make_classes(tmp_path / "pets", n=20)
+    calls = count_sendfile(monkeypatch, fail_after=15)
+    with pytest.raises(OSError, match="not connected"):
+        colabkit.stage(str(src), tmp_path / "local", workers=1, quiet=True)
+    partial = listing(tmp_path / "local")
+    assert partial and set(partial) <= set(listing(src)), "no bookkeeping, no part file among the data"
+    first = calls["bytes"]
+    calls = count_sendfile(monkeypatch)
+    out = colabkit.stage(str(src), tmp_path / "local", quiet=True)
+    assert listing(out) == listing(src) and tree(out) == tree(src)
+    total = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+    assert calls["bytes"] == total - first, "files finished before the drop are not copied again"
+
+
+@pytest.mark.parametrize("when", ["complete", "interrupted"])
+def test_a_copy_staged_by_an_older_version_is_cleaned(tmp_path, monkeypatch, when):
+    """Older versions kept their bookkeeping in <dst>/.colabkit-stage/: the next stage moves it out, and
+    keeps the cache hit (complete) or the resume (interrupted)."""
+    src = make_classes(tmp_path / "pets", n=20)
+    out = tmp_path / "local"
+    calls = count_sendfile(monkeypatch, fail_after=15 if when == "interrupted" else None)
+    if when == "interrupted":
+        with pytest.raises(OSError, match="not connected"):
+            colabkit.stage(str(src), out, workers=1, quiet=True)
+    else:
+        colabkit.stage(str(src), out, quiet=True)
+    first = calls["bytes"]
+    before = identities(out)
+    os.replace(staging.state_dir(out), out / staging.STATE_DIR)      # the old layout
+    assert staging.STATE_DIR in os.listdir(out)
+    calls = count_sendfile(monkeypatch)
+    assert colabkit.stage(str(src), out, quiet=True) == out
+    assert listing(out) == listing(src) and tree(out) == tree(src), "the old bookkeeping is gone from the copy"
+    assert staging.state_dir(out).is_dir()
+    total = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+    assert calls["bytes"] == total - first, "nothing staged before is copied again"
+    assert all(identities(out)[rel] == ident for rel, ident in before.items())
+    calls = count_sendfile(monkeypatch)
+    assert colabkit.stage(str(src), out, quiet=True) == out and calls["n"] == 0
+
+
+def test_bookkeeping_of_a_deleted_copy_is_not_trusted(tmp_path, monkeypatch):
+    src = make_classes(tmp_path / "pets", n=3)
+    out = colabkit.stage(str(src), tmp_path / "local", quiet=True)
+    shutil.rmtree(out)                          # the bookkeeping beside it stays
+    calls = count_sendfile(monkeypatch)
+    assert listing(colabkit.stage(str(src), out, quiet=True)) == listing(src)
+    assert calls["bytes"] == sum(p.stat().st_size for p in src.rglob("*") if p.is_file()), "all copied again"
+    mine = tmp_path / "mine"                    # replaced by a folder of the user's own
+    mine.mkdir()
+    (mine / "mine.txt").write_text("keep me")
+    shutil.rmtree(out)
+    os.replace(mine, out)
+    with pytest.raises(FileExistsError, match="not made by colabkit.stage"):
+        colabkit.stage(str(src), out, quiet=True)
+    assert listing(out) == ["mine.txt"]
+
+
+def test_bookkeeping_in_the_cache_when_the_folder_beside_dst_is_read_only(tmp_path, monkeypatch):
+    """dst a mount point (say /mnt/scratch) in a folder this user cannot write: the bookkeeping goes to the cache."""
+    src = make_classes(tmp_path / "pets", n=3)
+    ro = tmp_path / "mnt"
+    (ro / "scratch").mkdir(parents=True)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != ro and real_access(path, mode, **kw))
+    out = colabkit.stage(str(src), ro / "scratch", quiet=True)
+    assert listing(out) == listing(src) and os.listdir(ro) == ["scratch"]
+    calls = count_sendfile(monkeypatch)
+    assert colabkit.stage(str(src), out, quiet=True) == out and calls["n"] == 0
+
+
 @pytest.mark.parametrize("fmt", ["zip", "tar", "tar.gz"])
 def test_archive_is_copied_extracted_and_cached(tmp_path, fmt, monkeypatch):
     data = make_tree(tmp_path / "data", n=10)
@@ -142,6 +266,7 @@ def test_archive_is_copied_extracted_and_cached(tmp_path, fmt, monkeypatch):
             tf.add(data, arcname=".")
     out = colabkit.stage(str(archive), quiet=True)
     assert tree(out) == tree(data) and out.parent.name == "datasets" and out.name.startswith("ds-")
+    assert listing(out) == listing(data)
     calls = count_sendfile(monkeypatch)
     assert colabkit.stage(str(archive), quiet=True) == out and calls["n"] == 0
 
@@ -263,4 +388,4 @@ def test_disk_full_simulated(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 1024, 1024))
     with pytest.raises(staging.InsufficientSpace, match="only 1.0 KiB is free"):
         colabkit.stage(str(src), tmp_path / "ds", quiet=True)
-    assert not (tmp_path / "ds").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("ds")], "no folder, no bookkeeping"
