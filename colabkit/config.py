@@ -42,6 +42,10 @@ def _duration_or_auto(value: Any, name: str):
     return parse_duration(value, name=name)
 
 
+def _duration(value: Any, name: str) -> float:
+    return parse_duration(value, name=name)
+
+
 def _positive_int(value: Any, name: str) -> int:
     try:
         number = int(str(value).strip()) if not isinstance(value, bool) else None
@@ -97,6 +101,9 @@ FIELDS = (
            "How long a runtime survives with no browser attached. auto: 90min on Colab, none elsewhere."),
     _Field("keep", _positive_int, 3, "a whole number of at least 1",
            "How many committed checkpoints to keep per checkpoint folder."),
+    _Field("read_timeout", _duration, 120.0, DURATION_FORMS,
+           "How long restoring retries a checkpoint folder it cannot read (a dropped Drive mount) before it "
+           "stops with an error, instead of starting over."),
     _Field("cache_dir", _path_or_auto, AUTO, 'a folder path, or "auto"',
            "Fast local disk for checkpoint staging. auto: the platform cache dir (~/.cache/colabkit on Linux)."),
     _Field("memory_growth", _bool, True, "true or false",
@@ -124,6 +131,7 @@ class Settings:
     memory_growth: bool = True
     drive_via: str = "mount"
     drive_credentials: Any = AUTO
+    read_timeout: float = 120.0
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir

@@ -12,10 +12,13 @@ from pathlib import Path
 
 from .. import config as _config
 from ..locations import resolve
+from .. import mounts as _mounts
 from . import state as _state
 from . import writer as _writer
 from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, new_name
+from .lease import lease_for
 from .manifest import ManifestError
+from .storage import remove_tree
 from .uploader import Job, Uploader
 
 log = logging.getLogger("colabkit")
@@ -59,13 +62,19 @@ class Checkpoints:
     local_dir: override the local staging folder (default: under the configured cache_dir).
     resume_from: a Google Drive share link to a checkpoint (folder, or .zip/.tar of one): restored when
     ``directory`` has none yet; training then continues into ``directory``.
+    fresh: start a new run in a folder that holds another run's checkpoints. Without it, saving a lower step
+    than the folder's newest checkpoint raises CheckpointError (restore first to continue that run); with it,
+    this run's checkpoints outrank the earlier run's, which retention then deletes as this run commits.
+    read_timeout: how long restore() retries a destination it cannot read (a dropped mount) before raising
+    CheckpointError (default: the configured ``read_timeout``, 2 minutes).
 
-    One writing process per folder: the first save (or ``claim()``) claims it on this machine, and a second
-    process that tries gets FolderInUse (a CheckpointError); writers on different machines are not detected.
-    At interpreter exit, pending uploads get up to 60 s to finish.
+    One writing process per folder: the first save (or ``claim()``) claims it, with an OS lock on this machine
+    and a lease record in the destination for other machines; a second writer gets FolderInUse (a
+    CheckpointError) naming the holder. At interpreter exit, pending uploads get up to 60 s to finish.
     """
 
-    def __init__(self, directory, *, keep: int | None = None, keep_every=None, local_dir=None, resume_from=None):
+    def __init__(self, directory, *, keep: int | None = None, keep_every=None, local_dir=None, resume_from=None,
+                 fresh: bool = False, read_timeout=None):
         if directory is None or (isinstance(directory, str) and not directory.strip()):
             raise ValueError(f"directory={directory!r} is empty: pass a checkpoint folder such as "
                              f"\"drive:runs/mnist\" or \"checkpoints/mnist\".")
@@ -73,6 +82,12 @@ class Checkpoints:
         self.keep = _validate_keep(settings.keep if keep is None else keep)
         from ..units import parse_duration
         self.keep_every = None if keep_every is None else parse_duration(keep_every, name="keep_every")
+        self.read_timeout = settings.read_timeout if read_timeout is None else parse_duration(
+            read_timeout, name="read_timeout")
+        if not isinstance(fresh, bool):
+            raise ValueError(f"fresh={fresh!r} is invalid: pass True to start a new run in a folder that holds "
+                             f"another run's checkpoints, or False (the default) to continue it.")
+        self.fresh = fresh
         if resume_from is not None:  # a shared link, pulled when `directory` has no checkpoint yet
             from ..links import parse_link
             parse_link(resume_from)
@@ -88,8 +103,16 @@ class Checkpoints:
             self.dest = None                  # the destination is the local folder: nothing to upload
         else:
             self.dest = CheckpointFolder(self.destination)
+        self._lease = None if self.dest is None else lease_for(self.dest, directory, self._warn)
+        settles = isinstance(self.destination, Path) and self.dest is not None and _mounts.on_network_fs(
+            self.destination)
         self._uploader = Uploader(self.local, self.dest, keep=self.keep, keep_every=self.keep_every,
-                                  on_warning=self._warn)
+                                  on_warning=self._warn, lease=self._lease, lease_owner=self, settles=settles,
+                                  on_stop=self.release)
+        self._generation = None       # this run's generation, settled by the first save (see _settle_run)
+        self._restored_once = False   # restore() has read the folder: _newest_seen is what it holds
+        self._newest_seen = None      # the newest checkpoint restore() found, and the damaged ones it skipped
+        self._damaged_seen: set[str] = set()
         self._seq = 0
         self.last_snapshot_s: float | None = None
         _OPEN.add(self)
@@ -119,20 +142,49 @@ class Checkpoints:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step={step!r} is invalid: pass a non-negative integer (e.g. the global batch count).")
         self.claim()
+        if self._generation is None:
+            self._settle_run(step)
         started = time.monotonic()
         snap = _state.snapshot(state, copy_arrays=_copy_arrays)
         local_dir = self.local.path / new_name(step)
         self._uploader.reserve(local_dir.name)
-        local_dir.mkdir(parents=True)
-        _state.write_trackables(snap, local_dir)
+        try:
+            local_dir.mkdir(parents=True)
+            _state.write_trackables(snap, local_dir)
+        except BaseException:
+            remove_tree(local_dir)
+            self._uploader.unreserve(local_dir.name)
+            raise
         self.last_snapshot_s = time.monotonic() - started
         self._seq += 1
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
                                   info=info or {}, write=lambda d, s=snap: _state.write_data(s, d),
-                                  release=_release))
+                                  release=_release, generation=self._generation))
         if wait is False:
             return True
         return self.wait(None if wait is True else float(wait))
+
+    def _settle_run(self, step: int) -> None:
+        """Before the first save: this run's generation, and a clear error instead of a silent mix when the
+        folder already holds a newer step of a run this one did not resume."""
+        newest = self._newest_seen
+        if not self._restored_once:
+            try:
+                infos = [c for c in self._listing(strict=self.fresh) if c.name not in self._damaged_seen]
+            except OSError as exc:   # only with fresh=True: its generation must outrank what is there
+                raise CheckpointError(f"cannot read {self.location} to start a new run there ({exc}); nothing "
+                                      f"was saved. Re-run when the destination is reachable again.") from None
+            newest = max(infos, key=CheckpointInfo.order_key, default=None)
+        generation = 0 if newest is None else newest.generation
+        if self.fresh:
+            generation += 1
+        elif newest is not None and newest.step > step:
+            raise CheckpointError(
+                f"{self.location} holds step {newest.step} of an earlier run, and this run saves step {step}. "
+                f"Call restore() first to continue that run, pass fresh=True to start a new run there (the "
+                f"earlier run's checkpoints are deleted as this run's are committed), or use another folder. "
+                f"Nothing was saved.")
+        self._generation = generation
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the newest save is committed on the destination. False on timeout or failure."""
@@ -143,17 +195,26 @@ class Checkpoints:
 
         An upload still running at the timeout goes on in the background until it succeeds or fails; after
         close nothing is retried, and what did not reach the destination stays committed on local disk."""
-        self._uploader.close(timeout)
-        self.release()
+        if not self._uploader.close(timeout):   # when it ends, the uploader releases the claim (on_stop)
+            log.warning("colabkit: an upload to %s is still running after %ss; it goes on in the background and "
+                        "%s stays claimed by this process until it ends", self.location, timeout, self.location)
         _OPEN.discard(self)
 
     def claim(self) -> None:
         """Claim the folder for this process before writing (``save`` does it too). Raises FolderInUse when
-        another process on this machine is writing to it."""
+        another process, on this machine or (through the destination's lease) on another, is writing to it.
+        A destination that cannot be reached now is claimed before the first upload instead."""
         _writer.claim(self.local.path, self, self.location)
+        if self._lease is not None and not self._lease.held and not self._lease.lost:
+            try:
+                self._lease.acquire(self)
+            except OSError as exc:
+                log.debug("colabkit: cannot take the lease on %s now (%s); the uploader will", self.location, exc)
 
     def release(self) -> None:
         """Let other processes write to the folder (``close`` does it too)."""
+        if self._lease is not None:
+            self._lease.release(self)
         _writer.release(self.local.path, self)
 
     def __enter__(self):
@@ -164,44 +225,90 @@ class Checkpoints:
 
     # -- reading --------------------------------------------------------------------------------------
     def list(self) -> list[CheckpointInfo]:
-        """Committed checkpoints (destination and local copies), oldest first, one entry per checkpoint."""
+        """Committed checkpoints (destination and local copies), oldest first, one entry per checkpoint.
+        Raises OSError when the destination cannot be read."""
         return sorted((group[0] for group in self._copies().values()), key=CheckpointInfo.order_key)
+
+    def _listing(self, *, strict: bool) -> list[CheckpointInfo]:
+        """Every committed copy, local ones first. ``strict``: an unreadable destination raises OSError;
+        otherwise only the local copies are returned then."""
+        found = list(self.local.committed())
+        if self.dest is not None:
+            try:
+                found += self.dest.committed()
+            except OSError:
+                if strict:
+                    raise
+        return found
 
     def _copies(self) -> dict:
         """name -> the committed copies of that checkpoint, the local one first (it reads faster; it was
         committed before the upload, and the destination's copy is the fallback when it is damaged)."""
         copies = {}
-        for c in self.local.committed():
+        for c in self._listing(strict=True):
             copies.setdefault(c.name, []).append(c)
-        if self.dest is not None:
-            try:
-                for c in self.dest.committed():
-                    copies.setdefault(c.name, []).append(c)
-            except OSError as exc:
-                self._warn(f"cannot read checkpoints at {self.destination} ({exc}); looking at local copies only")
         return copies
 
+    def _read_with_retries(self, read, what: str):
+        """``read()``, retried with back-off while it fails with OSError, for at most ``read_timeout``
+        seconds; then CheckpointError naming the location and the reason."""
+        deadline, delay = time.monotonic() + self.read_timeout, 0.5
+        while True:
+            try:
+                return read()
+            except (CorruptCheckpoint, FileNotFoundError):
+                raise
+            except OSError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CheckpointError(
+                        f"cannot read {what} from {self.location} ({exc}), retried for {self.read_timeout:.0f}s. "
+                        f"Nothing was restored, and training must not start over as if the folder were empty: "
+                        f"re-run when {self.location} is reachable again (on Colab, remount Drive with "
+                        f"drive.mount(..., force_remount=True)).") from None
+                log.debug("colabkit: reading %s from %s failed (%s); retrying", what, self.location, exc)
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 10.0)
+
     def restore(self, into: dict | None = None) -> Restored | None:
-        """The newest valid checkpoint, or None when there is none.
+        """The newest valid checkpoint, or None when the folder was read and holds none.
 
         Files are checked against the manifest (sizes and sha256); a damaged checkpoint gives a warning
-        and the previous valid one is used. A destination that fails while it is read (a dropped mount) is
-        retried, then raises CheckpointError rather than silently resuming from an older checkpoint.
+        and the previous valid one is used. A destination that cannot be read (a dropped mount, an I/O
+        error, a manifest that cannot be read) is retried for ``read_timeout``, then raises CheckpointError
+        rather than resuming from an older checkpoint or starting over.
         ``into`` maps state names to TensorFlow objects (models, tf.Variables, tf.Module) that are restored
         in place. With ``resume_from`` (a shared link) and no checkpoint of its own yet, the shared
         checkpoint is downloaded, verified and restored first.
         """
-        copies = self._copies()
+        claimed_here = not _writer.holds(self.local.path, self)
+        try:
+            _writer.claim(self.local.path, self, self.location)   # downloads go into the local staging folder
+        except _writer.FolderInUse:
+            # another process on this machine writes there: read, but download into a folder of our own
+            import tempfile
+            scratch = Path(tempfile.mkdtemp(prefix="colabkit-restore-"))
+            atexit.register(remove_tree, scratch)
+            return self._restore(into, CheckpointFolder(scratch))
+        try:
+            return self._restore(into, self.local)
+        finally:
+            if claimed_here:
+                _writer.release(self.local.path, self)
+
+    def _restore(self, into, downloads: CheckpointFolder):
+        copies = self._read_with_retries(self._copies, "the list of checkpoints")
+        self._restored_once = True
         pulled = None
         if not copies and self.resume_from is not None:
             from ..links import pull_checkpoint
-            pulled = pull_checkpoint(self.resume_from, self.local)
+            pulled = pull_checkpoint(self.resume_from, downloads)
             copies = {pulled.name: [pulled]}
         for group in sorted(copies.values(), key=lambda g: g[0].order_key(), reverse=True):
             for info in group:
                 from_local = info.path.parent == self.local.path
                 try:
-                    info = info if from_local else self._download(info)
+                    info = info if from_local else self._download(info, downloads)
                     if from_local:
                         self.local.verify(info, full=True)
                     state = _state.read(info.path, into=into)
@@ -210,29 +317,27 @@ class Checkpoints:
                 except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
                     what = (f"shared checkpoint from {self.resume_from}" if pulled is not None
                             else f"{'local' if from_local else 'destination'} copy of checkpoint")
-                    self._warn(f"{what} {info.name} (step {info.step}) is damaged or unreadable ({exc}); trying the "
-                               f"next copy")
+                    self._warn(f"{what} {info.name} (step {info.step}) is damaged ({exc}); trying the next copy")
+                    self._damaged_seen.add(info.name)
                     continue
+                self._damaged_seen.discard(info.name)
+                if self._newest_seen is None or info.order_key() > self._newest_seen.order_key():
+                    self._newest_seen = info
                 source = "link" if pulled is not None else "local" if from_local else "destination"
                 return Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state, path=info.path,
                                 source=source, manifest=info.manifest)
         return None
 
-    def _download(self, info: CheckpointInfo, attempts: int = 4) -> CheckpointInfo:
+    def _download(self, info: CheckpointInfo, into: CheckpointFolder) -> CheckpointInfo:
         """One read of a destination checkpoint into local disk, checked against its manifest on the way.
-        Transient errors (not a missing or damaged file) are retried with back-off, then raise."""
-        for attempt in range(attempts):
-            try:
-                return self.dest.download(info, self.local)
-            except (CorruptCheckpoint, FileNotFoundError):
-                raise
-            except OSError as exc:
-                if attempt == attempts - 1:
-                    raise CheckpointError(
-                        f"could not read checkpoint {info.name} (step {info.step}) from {self.destination}: "
-                        f"{exc}. Nothing was restored; re-run when the destination is reachable again.") from None
-                time.sleep(2 ** attempt)
-        raise AssertionError("unreachable")
+        Transient errors (not a missing or damaged file) are retried with back-off, then raise. The name is
+        reserved meanwhile, so that the uploader does not prune the half-copied folder."""
+        self._uploader.reserve(info.name)
+        try:
+            return self._read_with_retries(lambda: self.dest.download(info, into),
+                                           f"checkpoint {info.name} (step {info.step})")
+        finally:
+            self._uploader.unreserve(info.name)
 
     def _warn(self, message: str) -> None:
         log.warning("colabkit: %s", message)

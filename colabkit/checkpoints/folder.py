@@ -9,6 +9,8 @@ Layout::
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 import re
 import secrets
 from pathlib import Path
@@ -17,6 +19,7 @@ from . import manifest as _manifest
 from .storage import copy_file, fsync_dir, remove_tree, write_bytes
 
 _NAME = re.compile(r"^ckpt-(\d{12})-([0-9a-f]{6})$")
+LEASE_NAME = ".colabkit-lease.json"   # see lease.py
 
 
 class CheckpointError(RuntimeError):
@@ -58,20 +61,43 @@ class CheckpointInfo:
     def size(self) -> int:
         return sum(meta["size"] for meta in self.manifest["files"].values())
 
+    @property
+    def generation(self) -> int:
+        """The run generation: 0, plus one for each new run started in the folder with ``fresh=True``."""
+        return self.manifest.get("generation", 0)
+
     def order_key(self):
-        return (self.step, self.created)
+        """Newest = highest (generation, step). The commit time only breaks ties: machines' clocks differ."""
+        return (self.generation, self.step, self.created, self.name)
+
+
+@dataclasses.dataclass
+class Listing:
+    """One look at a folder. ``incomplete``: checkpoint folders positively without a valid manifest (being
+    written, or abandoned); ``unreadable``: name -> error for folders whose manifest could not be read (a
+    dropped mount, an I/O error): neither committed nor incomplete, as far as anyone can tell."""
+    committed: list
+    incomplete: list
+    unreadable: dict
+
+    def raise_if_unreadable(self, where) -> None:
+        if self.unreadable:
+            name, error = next(iter(self.unreadable.items()))
+            raise OSError(errno.EIO, f"cannot read {len(self.unreadable)} checkpoint(s) in {where} "
+                                     f"(first: {name}: {error})")
 
 
 def names_to_keep(committed: list, keep: int, keep_every: float | None) -> set[str]:
-    """Retention: the ``keep`` most recently committed, plus the first of each ``keep_every`` seconds.
+    """Retention: the ``keep`` newest by (generation, step), plus the first of each ``keep_every`` seconds.
 
-    Ranked by commit time, not step: a run that starts over, or resumes from an older checkpoint, must not
-    see its new checkpoints deleted because older ones carry higher steps."""
-    committed = sorted(committed, key=lambda c: c.created)
+    Ranked by step within a run's generation, never by wall-clock time alone: a machine whose clock is behind
+    must not make another machine's newer-step checkpoints look old. A run that starts over in a folder says
+    so (``fresh=True``) and gets a higher generation, so its checkpoints outrank the earlier run's."""
+    committed = sorted(committed, key=CheckpointInfo.order_key)
     names = {c.name for c in committed[-keep:]}
     if keep_every:
         last_kept_at = None
-        for c in committed:
+        for c in sorted(committed, key=lambda c: c.created):
             if last_kept_at is None or c.created - last_kept_at >= keep_every:
                 names.add(c.name)
                 last_kept_at = c.created
@@ -100,9 +126,13 @@ class CheckpointFolder:
         return f"CheckpointFolder({str(self.path)!r})"
 
     def _candidates(self) -> list[Path]:
-        if not self.path.is_dir():
+        """Checkpoint-named entries. A folder that does not exist holds none; any other error (ENOTCONN from
+        a dropped mount) is raised: "cannot list" must never read as "empty"."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
             return []
-        return [p for p in self.path.iterdir() if _NAME.match(p.name) and p.is_dir()]
+        return [self.path / name for name in names if _NAME.match(name)]
 
     def read_manifest(self, ckpt_dir: Path) -> dict:
         """The checkpoint's manifest; raises ManifestError (or OSError) when it is not committed."""
@@ -112,20 +142,31 @@ class CheckpointFolder:
             raise _manifest.ManifestError(f"{ckpt_dir} has no {_manifest.MANIFEST_NAME}") from None
         return _manifest.loads(data, where=str(ckpt_dir / _manifest.MANIFEST_NAME))
 
-    def committed(self) -> list[CheckpointInfo]:
-        """Committed checkpoints, oldest first. Folders without a valid manifest are skipped."""
-        found = []
+    def scan(self) -> Listing:
+        """Committed (oldest first), incomplete and unreadable checkpoint folders. Raises OSError when the
+        folder itself cannot be listed."""
+        found, incomplete, unreadable = [], [], {}
         for path in self._candidates():
             try:
                 found.append(CheckpointInfo(path, self.read_manifest(path)))
-            except (_manifest.ManifestError, OSError):
-                continue
-        return sorted(found, key=CheckpointInfo.order_key)
+            except NotADirectoryError:
+                continue                      # a file that happens to have a checkpoint's name
+            except _manifest.ManifestError:
+                incomplete.append(path.name)
+            except OSError as exc:
+                unreadable[path.name] = exc
+        return Listing(sorted(found, key=CheckpointInfo.order_key), sorted(incomplete), unreadable)
+
+    def committed(self) -> list[CheckpointInfo]:
+        """Committed checkpoints, oldest first. Raises OSError when the folder or a manifest cannot be read
+        (a checkpoint that might be committed is not silently left out)."""
+        listing = self.scan()
+        listing.raise_if_unreadable(self.path)
+        return listing.committed
 
     def leftovers(self) -> list[str]:
         """Names of checkpoint folders without a valid manifest (interrupted writes), sorted."""
-        committed = {c.name for c in self.committed()}
-        return sorted(p.name for p in self._candidates() if p.name not in committed)
+        return self.scan().incomplete
 
     def verify(self, info: CheckpointInfo, *, full: bool = True) -> None:
         """Check every file's size (and, with ``full``, sha256) against the manifest; raises CorruptCheckpoint."""
@@ -142,7 +183,8 @@ class CheckpointFolder:
                 if digest != meta["sha256"]:
                     raise CorruptCheckpoint(f"{file} does not match its sha256 in the manifest")
 
-    def commit(self, ckpt_dir: Path, *, step: int, epoch=None, batch=None, info: dict | None = None) -> CheckpointInfo:
+    def commit(self, ckpt_dir: Path, *, step: int, epoch=None, batch=None, info: dict | None = None,
+               generation: int = 0) -> CheckpointInfo:
         """Hash the files already written in ``ckpt_dir`` (inside this folder) and write the manifest last."""
         files = {}
         for file in sorted(p for p in ckpt_dir.rglob("*") if p.is_file()):
@@ -151,7 +193,7 @@ class CheckpointFolder:
                 continue
             digest, size = _manifest.sha256_file(file, fsync=True)  # data durable before the manifest
             files[rel] = {"size": size, "sha256": digest}
-        manifest = _manifest.build(step=step, epoch=epoch, batch=batch, files=files, info=info)
+        manifest = _manifest.build(step=step, epoch=epoch, batch=batch, files=files, info=info, generation=generation)
         fsync_dir(ckpt_dir)
         write_bytes(ckpt_dir / _manifest.MANIFEST_NAME, _manifest.dumps(manifest))
         fsync_dir(ckpt_dir)
@@ -185,30 +227,49 @@ class CheckpointFolder:
         fsync_dir(target)
         return CheckpointInfo(target, self.read_manifest(target))
 
+    # -- the writer's lease (lease.py) ------------------------------------------------------------------
+    def read_lease(self) -> bytes | None:
+        try:
+            return (self.path / LEASE_NAME).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_lease(self, data: bytes) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_bytes(self.path / LEASE_NAME, data)   # in place: Drive's mount has no atomic rename
+
+    def remove_lease(self) -> None:
+        (self.path / LEASE_NAME).unlink(missing_ok=True)
+
     def download(self, info: CheckpointInfo, into: "CheckpointFolder") -> CheckpointInfo:
         """Copy one of this folder's checkpoints into the local folder ``into``, checking sha256 on the way."""
         return into.copy_in(info, check_hashes=True, durable=False)
 
-    def prune(self, keep: int, *, keep_every: float | None = None, protect=lambda name: False) -> list[str]:
-        """Delete committed checkpoints beyond the newest ``keep`` (plus one per ``keep_every`` seconds),
-        and leftovers of interrupted writes (a single writer per folder is assumed). ``protect(name)`` is
-        asked for each folder after listing, right before deleting it: True for a checkpoint being written
-        now (reserved before its folder is created, so a folder that was listed is always known to it).
-        Returns the deleted names.
+    def prune(self, keep: int, *, keep_every: float | None = None, protect=lambda name: False,
+              abandoned=lambda name: False, on_delete=lambda name: None) -> list[str]:
+        """Delete committed checkpoints beyond the newest ``keep`` (plus one per ``keep_every`` seconds), and
+        incomplete folders that ``abandoned(name)`` says are known leftovers of interrupted writes. Returns
+        the deleted names.
 
+        Only what was positively read is acted on: when any checkpoint's manifest cannot be read, nothing is
+        deleted this round (an unreadable checkpoint may be the newest); the first failed delete ends the
+        round. ``protect(name)`` is asked right before deleting: True for a checkpoint being written now;
+        ``on_delete(name)`` is told before a deletion starts (a half-deleted folder is then a known leftover).
         The manifest goes first, so a half-deleted checkpoint is invisible rather than corrupt.
         """
-        keep_names = names_to_keep(self.committed(), keep, keep_every)
+        listing = self.scan()
+        listing.raise_if_unreadable(self.path)
+        keep_names = names_to_keep(listing.committed, keep, keep_every)
+        doomed = [c.name for c in listing.committed if c.name not in keep_names]
+        doomed += [name for name in listing.incomplete if abandoned(name)]
         deleted = []
-        for path in self._candidates():
-            if path.name in keep_names or protect(path.name):
+        for name in doomed:
+            if protect(name):
                 continue
-            try:
-                (path / _manifest.MANIFEST_NAME).unlink(missing_ok=True)
-                remove_tree(path)
-                deleted.append(path.name)
-            except OSError:
-                continue
+            on_delete(name)
+            (self.path / name / _manifest.MANIFEST_NAME).unlink(missing_ok=True)
+            remove_tree(self.path / name)
+            deleted.append(name)
         return deleted
 
 

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from .. import gdrive as _gdrive
 from . import manifest as _manifest
-from .folder import _NAME, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, names_to_keep
+from .folder import _NAME, LEASE_NAME, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, Listing, names_to_keep
 from .storage import remove_tree, write_bytes
 
 log = logging.getLogger("colabkit")
@@ -62,25 +62,39 @@ class DriveApiFolder:
         return _manifest.loads(data, where=f"{where}/{_manifest.MANIFEST_NAME}")
 
     # -- the destination protocol --------------------------------------------------------------------------
-    def committed(self) -> list[CheckpointInfo]:
-        found = []
+    def scan(self) -> Listing:
+        """As CheckpointFolder.scan. A folder whose manifest a listing does not show is incomplete (Drive
+        listings lag behind uploads: pruning deletes such folders only when they are known leftovers)."""
+        found, incomplete, unreadable = [], [], {}
         for name, items in self._folders().items():
             if len(items) > 1:
                 self.client.pick(items, str(self))
+            info = None
             for item in reversed(items):       # newest first; the first with a valid manifest wins
                 try:
                     manifest = self._read_manifest(item["id"], f"{self}/{name}")
                 except _manifest.ManifestError:
                     continue
+                except OSError as exc:
+                    unreadable[name] = exc
+                    break
                 self._ids[name] = item["id"]
-                found.append(CheckpointInfo(self.path / name, manifest))
+                info = CheckpointInfo(self.path / name, manifest)
                 break
-        return sorted(found, key=CheckpointInfo.order_key)
+            if info is not None:
+                found.append(info)
+            elif name not in unreadable:
+                incomplete.append(name)
+        return Listing(sorted(found, key=CheckpointInfo.order_key), sorted(incomplete), unreadable)
+
+    def committed(self) -> list[CheckpointInfo]:
+        listing = self.scan()
+        listing.raise_if_unreadable(self)
+        return listing.committed
 
     def leftovers(self) -> list[str]:
         """Names of checkpoint folders without a valid manifest (interrupted uploads), sorted."""
-        committed = {c.name for c in self.committed()}
-        return sorted(name for name in self._folders() if name not in committed)
+        return self.scan().incomplete
 
     def _folder_id(self, info: CheckpointInfo) -> str:
         if info.name not in self._ids:
@@ -156,28 +170,58 @@ class DriveApiFolder:
             raise
         return CheckpointInfo(target, into.read_manifest(target))
 
-    def prune(self, keep: int, *, keep_every: float | None = None, protect=lambda name: False) -> list[str]:
-        """As CheckpointFolder.prune: committed ones beyond ``keep`` (plus one per ``keep_every``), and
-        leftovers of interrupted uploads; the manifest is deleted first."""
-        keep_names = names_to_keep(self.committed(), keep, keep_every)
+    def prune(self, keep: int, *, keep_every: float | None = None, protect=lambda name: False,
+              abandoned=lambda name: False, on_delete=lambda name: None) -> list[str]:
+        """As CheckpointFolder.prune: nothing when a manifest is unreadable; committed ones beyond ``keep``
+        (plus one per ``keep_every``), known leftovers, and same-named duplicates of a kept checkpoint (an
+        interrupted upload of it); the manifest is deleted first, the first failure ends the round."""
+        listing = self.scan()
+        listing.raise_if_unreadable(self)
+        keep_names = names_to_keep(listing.committed, keep, keep_every)
+        committed = {c.name for c in listing.committed}
+        incomplete = set(listing.incomplete)
         deleted = []
         for name, items in self._folders().items():
-            chosen = self._ids.get(name)
+            if protect(name) or (name in incomplete and not abandoned(name)) or (
+                    name not in committed and name not in incomplete):
+                continue
+            chosen = self._ids.get(name) if name in keep_names else None
             for item in items:
-                if (name in keep_names and item["id"] == chosen) or protect(name):
+                if item["id"] == chosen:
                     continue
-                try:
-                    for manifest in self.client.children(item["id"], title=_manifest.MANIFEST_NAME):
-                        self.client.delete(manifest["id"])
-                    self.client.delete(item["id"])
-                except OSError as exc:
-                    log.debug("colabkit: could not delete %s/%s: %s", self, name, exc)
-                    continue
+                on_delete(name)
+                for manifest in self.client.children(item["id"], title=_manifest.MANIFEST_NAME):
+                    self.client.delete(manifest["id"])
+                self.client.delete(item["id"])
                 if self._ids.get(name) == item["id"]:
                     del self._ids[name]
                 deleted.append(name)
         return deleted
 
+    # -- the writer's lease (lease.py) ------------------------------------------------------------------
+    def _lease_items(self) -> list[dict]:
+        root = self._root(create=False)
+        return [] if root is None else self.client.children(root, title=LEASE_NAME, folders=False)
+
+    def read_lease(self) -> bytes | None:
+        found = self.client.pick(self._lease_items(), str(self))
+        return None if found is None else self.client.read_bytes(found["id"], f"reading {self}/{LEASE_NAME}")
+
+    def write_lease(self, data: bytes) -> None:
+        """A new record, then the older ones go (Drive has no in-place overwrite through this client)."""
+        import tempfile
+        root = self._root(create=True)
+        older = self.client.children(root, title=LEASE_NAME, folders=False)
+        with tempfile.TemporaryDirectory(prefix="colabkit-lease-") as tmp:
+            path = Path(tmp) / LEASE_NAME
+            path.write_bytes(data)
+            self.client.upload(path, root, LEASE_NAME)
+        for item in older:
+            self.client.delete(item["id"])
+
+    def remove_lease(self) -> None:
+        for item in self._lease_items():
+            self.client.delete(item["id"])
 
     def remove_all(self) -> None:
         """Delete this checkpoint folder from Drive (AutoResume's delete_checkpoint=True)."""

@@ -36,14 +36,16 @@ def _body_checksum(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def build(*, step: int, epoch, batch, files: dict, info: dict | None = None) -> dict:
-    """A manifest dict. ``files`` maps relative path -> {"size": int, "sha256": str}."""
+def build(*, step: int, epoch, batch, files: dict, info: dict | None = None, generation: int = 0) -> dict:
+    """A manifest dict. ``files`` maps relative path -> {"size": int, "sha256": str}; ``generation`` counts
+    the runs started over in the folder (see folder.names_to_keep)."""
     from .._version import __version__
     body = {
         "format": FORMAT,
         "step": int(step),
         "epoch": None if epoch is None else int(epoch),
         "batch": None if batch is None else int(batch),
+        "generation": int(generation),
         "created": time.time(),
         "files": {name: dict(meta) for name, meta in sorted(files.items())},
         "info": info or {},
@@ -79,4 +81,6 @@ def loads(data: bytes, where: str = "manifest") -> dict:
         raise ManifestError(f"{where} does not match its own checksum; it was damaged or partly written")
     if not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("step"), int):
         raise ManifestError(f"{where} lacks its file list or step")
+    if not isinstance(manifest.get("generation", 0), int):
+        raise ManifestError(f"{where} has a generation that is not a whole number")
     return manifest

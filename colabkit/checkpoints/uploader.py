@@ -19,6 +19,8 @@ from .storage import remove_tree
 log = logging.getLogger("colabkit")
 
 BACKOFF_START, BACKOFF_MAX = 1.0, 60.0
+LEFTOVER_GRACE_S = 3600.0   # another writer's folder without a manifest may still be uploading until then
+SETTLE_S = 1800.0           # a network mount may still be pushing a new commit to the cloud until then
 
 
 @dataclasses.dataclass
@@ -32,6 +34,7 @@ class Job:
     info: dict
     write: Callable[[Path], None]
     release: Callable[[], None] | None = None   # called once the snapshot's memory is no longer needed
+    generation: int = 0
 
     def done_with_snapshot(self) -> None:
         if self.release is not None:
@@ -51,13 +54,27 @@ class UploadStatus:
     last_upload_s: float | None = None     # copy to destination + commit duration
 
 
+class _LeaseLost(Exception):
+    pass
+
+
 class Uploader:
+    """The background thread. ``lease`` (lease.Lease, for a destination other machines can see) is taken
+    before the first upload and checked before every one; ``settles`` says the destination uploads to the
+    cloud after a write returns (a Drive mount): the previous checkpoint then stays for SETTLE_S after a newer
+    commit, whatever ``keep`` says. ``on_stop`` runs on this thread when it ends."""
+
     def __init__(self, local: CheckpointFolder, dest: CheckpointFolder | None, *, keep: int,
-                 keep_every: float | None, on_warning: Callable[[str], None]):
+                 keep_every: float | None, on_warning: Callable[[str], None], lease=None, lease_owner=None,
+                 settles: bool = False, on_stop: Callable[[], None] | None = None):
         self.local, self.dest = local, dest
         self.keep, self.keep_every = keep, keep_every
+        self.lease, self._lease_owner, self.settles, self._on_stop = lease, lease_owner, settles, on_stop
         self.status = UploadStatus()
         self._on_warning = on_warning
+        self._own: set[str] = set()                # folders this writer made or began deleting (per folder)
+        self._first_seen_incomplete: dict[str, float] = {}
+        self._last_dest_commit = None              # monotonic time of the last upload
         self._cond = threading.Condition()
         self._pending: Job | None = None
         self._writing: Job | None = None
@@ -77,6 +94,10 @@ class Uploader:
         """Protect a checkpoint folder the training thread is about to create from pruning."""
         with self._cond:
             self._reserved.add(name)
+
+    def unreserve(self, name: str) -> None:
+        with self._cond:
+            self._reserved.discard(name)
 
     def submit(self, job: Job) -> None:
         with self._cond:
@@ -113,11 +134,13 @@ class Uploader:
                     return False
                 self._cond.wait(remaining if remaining is not None else 1.0)
 
-    def close(self, timeout: float | None = None) -> None:
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop after the pending work; True when the thread has ended within ``timeout``."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     # -- the background thread -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -130,6 +153,9 @@ class Uploader:
                 self._failed_seq = 1 << 62
                 self._cond.notify_all()
             raise
+        finally:
+            if self._on_stop is not None:
+                self._on_stop()
 
     def _loop(self) -> None:
         backoff = BACKOFF_START
@@ -166,7 +192,8 @@ class Uploader:
                 job.write(job.local_dir)
             finally:
                 job.done_with_snapshot()
-            info = self.local.commit(job.local_dir, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info)
+            info = self.local.commit(job.local_dir, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
+                                     generation=job.generation)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
             remove_tree(job.local_dir)
             self._warn(f"could not write checkpoint step {job.step} to local disk {self.local.path}: {exc}")
@@ -194,6 +221,11 @@ class Uploader:
         self.status.state = "uploading"
         started = time.monotonic()
         try:
+            if self.lease is not None:
+                if self.lease.lost:
+                    raise _LeaseLost(f"another writer took over {self.dest.path}")
+                self.lease.acquire(self._lease_owner)
+            self._own.add(("dest", newest.name))
             copied = self.dest.copy_in(newest)
         except Exception as exc:  # noqa: BLE001 - OSError from a mount, or a back end's own errors: retry all
             with self._cond:  # a reader seeing "retrying" also sees why
@@ -204,6 +236,7 @@ class Uploader:
                        f"retried with back-off")
             return False
         self.status.last_upload_s = time.monotonic() - started
+        self._last_dest_commit = time.monotonic()
         if self._warned:
             log.warning("colabkit: destination %s is reachable again; checkpoint step %s uploaded",
                         self.dest.path, newest.step)
@@ -219,12 +252,31 @@ class Uploader:
         return True
 
     def _prune(self, folder: CheckpointFolder) -> None:
+        """Retention after a commit. Housekeeping only: any error skips this round (see folder.prune)."""
+        where = "local" if folder is self.local else "dest"
+        if where == "dest" and self.lease is not None and not self.lease.held:
+            return
+        keep = self.keep
+        if where == "dest" and self.settles and self._last_dest_commit is not None \
+                and time.monotonic() - self._last_dest_commit < SETTLE_S:
+            keep += 1   # the newest commit may not have reached the cloud yet: keep the one before it too
         just_committed = {i.name for i in (self.status.last_local, self.status.last_uploaded) if i is not None}
         try:
-            folder.prune(self.keep, keep_every=self.keep_every,
-                         protect=lambda name: name in just_committed or self.is_in_progress(name))
+            folder.prune(keep, keep_every=self.keep_every,
+                         protect=lambda name: name in just_committed or self.is_in_progress(name),
+                         abandoned=lambda name: self._abandoned(where, name),
+                         on_delete=lambda name: self._own.add((where, name)))
         except Exception as exc:  # noqa: BLE001 - pruning is housekeeping; it must never stop uploads
-            log.debug("colabkit: pruning %s failed: %s", folder.path, exc)
+            log.debug("colabkit: pruning %s skipped this round: %s", folder.path, exc)
+
+    def _abandoned(self, where: str, name: str) -> bool:
+        """A folder without a manifest is a leftover to delete only when this writer made it (its write was
+        interrupted), or it has stayed without one for LEFTOVER_GRACE_S (another writer's abandoned upload;
+        Drive listings can show a folder before its manifest). Timed on this machine's monotonic clock."""
+        if (where, name) in self._own or where == "local":
+            return True   # the local staging folder has one writer: this process (writer.py)
+        first = self._first_seen_incomplete.setdefault(name, time.monotonic())
+        return time.monotonic() - first >= LEFTOVER_GRACE_S
 
     def _sleep(self, seconds: float) -> None:
         """Back-off that ends early when a new snapshot arrives or the uploader closes."""

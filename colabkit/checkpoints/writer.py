@@ -3,8 +3,8 @@
 Two runs writing one folder prune and resume each other's checkpoints (a `colabkit run` sweep whose jobs all
 save to "drive:runs/mnist" would). Before it writes, a process claims the folder's local staging directory with
 an advisory lock (flock), which the OS releases when the process dies: a crash or a kill never leaves a stale
-claim. Several Checkpoints objects in one process (a notebook cell run twice) share the claim. Only processes on
-the same machine are detected (Drive offers no reliable lock); where flock is unavailable nothing is checked.
+claim. Several Checkpoints objects in one process (a notebook cell run twice) share the claim. Writers on other
+machines are seen through the destination's lease (lease.py); where flock is unavailable nothing is checked here.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 import threading
 from pathlib import Path
 
-from .folder import CheckpointError
+from .lease import FolderInUse, in_use_message  # noqa: F401 - FolderInUse is raised from here
 
 try:
     import fcntl
@@ -23,10 +23,6 @@ LOCK_NAME = ".colabkit-writer.lock"
 
 _claims: dict[str, tuple[int, set]] = {}   # staging dir -> (locked fd, ids of the objects holding the claim)
 _mutex = threading.Lock()
-
-
-class FolderInUse(CheckpointError):
-    """Another process on this machine is writing checkpoints to the same folder."""
 
 
 def claim(staging: Path, owner: object, destination) -> None:
@@ -46,17 +42,20 @@ def claim(staging: Path, owner: object, destination) -> None:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
-            raise FolderInUse(
-                f"{holder} is already writing checkpoints to {destination} on this machine; two runs in one "
-                f"folder would prune and resume each other's checkpoints. Give each run its own folder (in "
-                f"`colabkit run` jobs, e.g. f\"drive:runs/mnist-{{os.environ['COLABKIT_JOB']}}\"), or stop the "
-                f"other run first.") from None
+            raise FolderInUse(in_use_message(holder, destination, " on this machine")) from None
         except OSError:  # this filesystem has no flock: nothing to check
             os.close(fd)
             return
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"process {os.getpid()}\n".encode(), 0)
         _claims[key] = (fd, {id(owner)})
+
+
+def holds(staging: Path, owner: object) -> bool:
+    """Whether ``owner`` holds the claim on ``staging`` (always False where flock is unavailable)."""
+    with _mutex:
+        held = _claims.get(str(Path(staging).absolute()))
+        return held is not None and id(owner) in held[1]
 
 
 def release(staging: Path, owner: object) -> None:

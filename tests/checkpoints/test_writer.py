@@ -49,7 +49,7 @@ def test_a_second_process_is_refused_until_the_first_dies(other_writer, tmp_path
     with pytest.raises(FolderInUse) as info:
         ckpt.save(2, {"w": np.ones(3)})
     message = str(info.value)
-    assert f"process {holder.pid} is already writing checkpoints to drive:runs/shared" in message
+    assert f"process {holder.pid} is already writing checkpoints to drive:runs/shared on this machine" in message
     assert "COLABKIT_JOB" in message and isinstance(info.value, CheckpointError)
     holder.send_signal(signal.SIGKILL)     # a crash leaves no stale claim
     holder.wait()

@@ -73,7 +73,7 @@ def test_persistent_errors_surface_as_oserror_and_uploader_retries(gdrive, tmp_p
         DriveApiFolder("runs/a").committed()
 
 
-def test_retention_and_leftovers_of_interrupted_uploads(gdrive, tmp_path):
+def test_retention_and_leftovers_of_interrupted_uploads(gdrive, tmp_path, monkeypatch):
     with make(tmp_path, keep=2) as ckpt:
         ckpt.save(1, {"w": np.ones(3)}, wait=True)
     root = gdrive.state.find("runs/a")["id"]
@@ -82,7 +82,14 @@ def test_retention_and_leftovers_of_interrupted_uploads(gdrive, tmp_path):
     assert make(tmp_path).restore().step == 1, "a folder without manifest is never chosen"
     assert DriveApiFolder("runs/a").leftovers() == ["ckpt-000000000099-abcdef"]
     with make(tmp_path, keep=2) as ckpt:
-        for step in range(2, 6):
+        ckpt.restore()
+        ckpt.save(2, {"w": np.full(3, 2.0)}, wait=True)
+    assert partial["id"] in gdrive.state.files, "a listing may not show another writer's manifest yet"
+    import colabkit.checkpoints.uploader as uploader
+    monkeypatch.setattr(uploader, "LEFTOVER_GRACE_S", 0.0)
+    with make(tmp_path, keep=2) as ckpt:
+        ckpt.restore()
+        for step in range(3, 6):
             ckpt.save(step, {"w": np.full(3, float(step))}, wait=True)
             assert steps_on_drive(gdrive)[-1] == step and len(steps_on_drive(gdrive)) >= 2
     assert steps_on_drive(gdrive) == [4, 5]
