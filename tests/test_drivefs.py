@@ -1,6 +1,7 @@
 """Tests of the Google Drive stand-in itself (tests/standins/drivefs.py and its fixtures), not of colabkit."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -361,3 +362,360 @@ def test_open_latency_delays_each_open_but_not_other_opens(tmp_path):
 def test_script_help_runs_without_mounting():
     done = subprocess.run([sys.executable, drivefs.__file__, "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--rate" in done.stdout and "--control" in done.stdout
+
+
+# -- operation-granular faults (fail-op / drop-at / kill-at) and the operation count ------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("fail-op 1 EIO", ("fail-op", (1, errno.EIO))),
+    ("FAIL-OP 17 enotconn", ("fail-op", (17, errno.ENOTCONN))),
+    ("drop-at 3 ENOSPC", ("drop-at", (3, errno.ENOSPC))),
+    ("drop-at 3 ETIMEDOUT", ("drop-at", (3, errno.ETIMEDOUT))),
+    ("fail-op 2 EROFS", ("fail-op", (2, errno.EROFS))),
+    ("fail-op 2 EACCES", ("fail-op", (2, errno.EACCES))),  # any name of the errno module
+    ("fail-op 2 28", ("fail-op", (2, 28))),
+    ("# campaign\nkill-at 5\n", ("kill-at", 5)),
+])
+def test_parse_fault_operation_modes(text, expected):
+    assert drivefs.parse_fault(text) == expected
+
+
+@pytest.mark.parametrize("text", ["fail-op", "fail-op 1", "fail-op 0 EIO", "fail-op -1 EIO", "fail-op x EIO",
+                                  "fail-op 1 ENOSUCH", "fail-op 1 errorcode", "fail-op 1 0", "fail-op 1 EIO x",
+                                  "drop-at 1", "drop-at 0 EIO", "kill-at", "kill-at 0", "kill-at 1 EIO",
+                                  "fail-after 10 EIO"])
+def test_parse_fault_rejects_bad_operation_modes(text):
+    with pytest.raises(ValueError):
+        drivefs.parse_fault(text)
+
+
+def _set_control(path, text: str, _state=[0]) -> None:  # noqa: B006 - a strictly increasing mtime, as set_fault
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text + "\n")
+    _state[0] = max(time.time_ns(), _state[0] + 1_000_000)
+    os.utime(tmp, ns=(_state[0], _state[0]))
+    os.replace(tmp, path)
+
+
+def test_operation_count_without_fuse(tmp_path):
+    control = tmp_path / "c"
+    _set_control(control, "fail-op 3 ENOSPC")
+    (tmp_path / "root").mkdir()
+    fs = drivefs.DriveFS(str(tmp_path / "root"), rate=0, control=str(control), log_ops=True)
+    assert drivefs.read_count(control) == 0
+    fs.mkdir("/d", 0o755)
+    fs.getattr("/d")
+    assert _errno_of(fs.mkdir, "/e", 0o755) == errno.ENOSPC  # op 3
+    fs.mkdir("/e", 0o755)  # op 4: once only
+    fs.statfs("/")
+    assert drivefs.read_count(control) == 5
+    assert drivefs.read_ops(control) == [(1, "mkdir", "/d"), (2, "getattr", "/d"), (3, "mkdir", "/e"),
+                                         (4, "mkdir", "/e"), (5, "statfs", "/")]
+    fh = fs.create("/f", 0o644, os.O_WRONLY | os.O_CREAT)
+    fs.release("/f", fh)  # release is not counted
+    assert drivefs.read_count(control) == 6
+    _set_control(control, "drop-at 2 EROFS")  # a change resets the count and the log
+    fs.getattr("/d")
+    assert _errno_of(fs.getattr, "/d") == _errno_of(fs.readdir, "/", None) == errno.EROFS
+    assert drivefs.read_count(control) == 3 and [k for k, _, _ in drivefs.read_ops(control)] == [1, 2, 3]
+    _set_control(control, "kill-at 1")  # no FUSE, so no caller to kill: the operation just fails with EIO
+    assert _errno_of(fs.getattr, "/d") == errno.EIO
+    fs.getattr("/d")
+    _set_control(control, "ok")
+    assert drivefs.read_count(control) == 2  # not re-read until the next operation
+    fs.getattr("/d")
+    assert drivefs.read_count(control) == 1 and drivefs.read_ops(control) == [(1, "getattr", "/d")]
+
+
+def test_kill_at_logic_without_fuse(tmp_path, monkeypatch):
+    """kill-at's bookkeeping, with the FUSE context played by a stub: the K-th operation SIGKILLs its caller and
+    fails; later operations of that process fail too (not performed); other processes' pass."""
+    control = tmp_path / "c"
+    _set_control(control, "kill-at 2")
+    fs = drivefs.DriveFS(str(tmp_path), rate=0, control=str(control))
+    fs.init_with_config(None, None)  # as libfuse does once mounted: from now on the context is trusted
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        caller = [victim.pid]
+        monkeypatch.setattr(drivefs, "_caller_pid", lambda: caller[0])
+        fs.mkdir("/a", 0o755)  # op 1
+        assert _errno_of(fs.mkdir, "/b", 0o755) == errno.EIO  # op 2: kill, and not performed
+        assert victim.wait(timeout=30) == -signal.SIGKILL
+        assert _errno_of(fs.mkdir, "/c", 0o755) == errno.EIO  # op 3 from the killed process: refused
+        caller[0] = os.getpid()
+        fs.mkdir("/d", 0o755)  # op 4 from somebody else: performed
+        assert sorted(os.listdir(tmp_path)) == ["a", "c", "c.count", "d"]
+        _set_control(control, "kill-at 1")
+        assert _errno_of(fs.getattr, "/") == errno.EIO  # its own process: never killed, the op just fails
+        assert drivefs.read_count(control) == 1
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+
+
+def test_operation_count_is_thread_safe(tmp_path):
+    control = tmp_path / "c"
+    _set_control(control, "fail-op 5000 EIO")
+    fs = drivefs.DriveFS(str(tmp_path), rate=0, control=str(control), log_ops=True)
+    failures = []
+
+    def worker():
+        for _ in range(1000):
+            try:
+                fs.getattr("/")
+            except OSError as exc:
+                failures.append(exc.errno)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == [errno.EIO]  # exactly one operation, the 5000th, failed
+    assert drivefs.read_count(control) == 8000
+    assert [k for k, _, _ in drivefs.read_ops(control)] == list(range(1, 8001))
+
+
+# A deterministic single-threaded workload through the mount, made of steps; each step's outcome is recorded
+# (None or the errno name) and, with the count file, which operations it issued.
+_STEPS = ("create", "write", "fsync", "close", "read", "listdir", "unlink")
+
+
+def _workload(drive) -> tuple[list[tuple[str, str | None]], list[int]]:
+    path = drive.my_drive / "w.bin"
+    outcomes, ends = [], []
+
+    def step(name, fn):
+        try:
+            result = fn()
+            outcomes.append((name, None))
+        except OSError as exc:
+            result = None
+            outcomes.append((name, errno.errorcode.get(exc.errno, str(exc.errno))))
+        ends.append(drivefs.read_count(drive.control))  # ops counted up to the end of this step
+        return result
+
+    def read_back():
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    fd = step("create", lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    if fd is not None:
+        step("write", lambda: os.write(fd, b"x" * 4096))
+        step("fsync", lambda: os.fsync(fd))
+        step("close", lambda: os.close(fd))  # closes the fd even when its flush fails
+    step("read", read_back)
+    step("listdir", lambda: os.listdir(drive.my_drive))
+    step("unlink", lambda: os.unlink(path))
+    return outcomes, ends
+
+
+def _reset(drive) -> None:
+    """Back to "ok" and to the state the workload starts from (set the control file afterwards: this counts
+    operations too). Through the mount, so that the kernel's dentry
+    cache is the same as before (a file deleted behind its back would cost an extra lookup next time)."""
+    drive.set_fault("ok")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(drive.my_drive / "w.bin")
+    assert os.listdir(drive.my_drive) == []
+
+
+def _reference(drive):
+    """Op log, per-step op ranges and count of the workload without faults; checks that it is deterministic."""
+    runs = []
+    for _ in range(3):
+        _reset(drive)
+        drive.set_fault("ok")  # count from here
+        outcomes, ends = _workload(drive)
+        assert outcomes == [(name, None) for name in _STEPS]
+        runs.append((drivefs.read_ops(drive.control), ends, drivefs.read_count(drive.control)))
+    assert runs[0] == runs[1] == runs[2], "the same workload gave different operation sequences"
+    ops, ends, count = runs[0]
+    assert count == len(ops) == ends[-1] and [k for k, _, _ in ops] == list(range(1, count + 1))
+    step_of = {}  # op number -> the step that issued it
+    start = 0
+    for name, end in zip(_STEPS, ends):
+        for k in range(start + 1, end + 1):
+            step_of[k] = name
+        start = end
+    return [(name, path) for _, name, path in ops], step_of
+
+
+@pytest.fixture
+def campaign_drive(drive_mount_factory):
+    return drive_mount_factory(rate=None, extra_args=["--log-ops"])
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_count_file_counts_the_operations_of_a_known_workload(campaign_drive):
+    drive = campaign_drive
+    ops, step_of = _reference(drive)
+    kinds = {name for name, _ in ops}
+    count = {kind: sum(1 for name, _ in ops if name == kind) for kind in kinds}
+    # What the syscalls themselves ask for (the rest are the kernel's lookups / attribute refreshes: getattr)
+    assert {k: v for k, v in count.items() if k != "getattr"} == {
+        "create": 1, "write": 1, "fsync": 1, "flush": 2, "open": 1, "read": 1, "readdir": 1, "unlink": 1}
+    assert kinds == {"getattr", *count} and count["getattr"] >= 5  # at least one lookup per path resolution
+    assert [step_of[k] for k, (name, _) in enumerate(ops, 1) if name != "getattr"] == [
+        "create", "write", "fsync", "close", "read", "read", "read", "listdir", "unlink"]
+    assert all(path in ("/MyDrive", "/MyDrive/w.bin") for _, path in ops)
+    assert drivefs.read_count(drive.control) == len(ops)
+    drive.set_fault("ok")  # a change of the control file (here: the same text again) resets the count...
+    assert drivefs.read_count(drive.control) == len(ops)  # ...when the next operation arrives
+    os.statvfs(drive.mountpoint)  # the mount's root needs no lookup: one statfs
+    assert drivefs.read_count(drive.control) == 1 and drivefs.read_ops(drive.control) == [(1, "statfs", "/")]
+    drive.set_fault("enospc")  # every mode counts
+    os.statvfs(drive.mountpoint)
+    os.statvfs(drive.mountpoint)
+    assert drivefs.read_count(drive.control) == 2
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_count_file_without_log_ops(drive_mount_factory):
+    plain, logged = drive_mount_factory(rate=None), drive_mount_factory(rate=None, extra_args=["--log-ops"])
+    for drive in (plain, logged):
+        drive.set_fault("ok")
+        os.statvfs(drive.mountpoint)
+        os.listdir(drive.mountpoint)
+    assert [name for _, name, _ in drivefs.read_ops(logged.control)] == ["statfs", "getattr", "readdir"]
+    assert drivefs.read_count(plain.control) == drivefs.read_count(logged.control) == 3
+    assert not os.path.exists(drivefs.ops_path(plain.control))
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_fail_op_fails_exactly_the_kth_operation_for_every_k(campaign_drive):
+    drive = campaign_drive
+    ops, step_of = _reference(drive)
+    surfaced = set()
+    for k in range(1, len(ops) + 2):
+        _reset(drive)
+        drive.set_fault(f"fail-op {k} ETIMEDOUT")  # an errno nothing else here produces
+        outcomes, _ = _workload(drive)
+        log = [(name, path) for _, name, path in drivefs.read_ops(drive.control)]
+        assert log[:k] == ops[:k], f"k={k}: the operations up to the fault differ from the reference"
+        failed = [(name, err) for name, err in outcomes if err is not None]
+        if k > len(ops):
+            assert failed == [], f"k={k} is past the workload, yet: {failed}"
+            continue
+        timed_out = [name for name, err in failed if err == "ETIMEDOUT"]
+        # The k-th operation failed (its step saw it, unless the kernel or Python retried / ignored it) and
+        # only it: nothing else got the injected errno, and no step before it failed at all.
+        assert timed_out in ([], [step_of[k]]), f"k={k} ({ops[k - 1]}): {outcomes}"
+        assert all(outcome == (name, None) for outcome, name in zip(outcomes, _STEPS)
+                   if _STEPS.index(name) < _STEPS.index(step_of[k])), f"k={k}: {outcomes}"
+        others = [(name, err) for name, err in failed if err != "ETIMEDOUT"]
+        assert all(err == "ENOENT" for _, err in others), f"k={k}: {outcomes}"  # no file if create failed
+        if ops[k - 1][0] == "read" and not timed_out:  # a failed page read is retried by the kernel
+            assert log[k] == ops[k - 1], f"k={k}: the failed read was neither reported nor retried: {log}"
+        elif ops[k - 1][0] != "getattr":  # what the syscall itself asked for: its error reaches the caller
+            assert timed_out == [step_of[k]], f"k={k} ({ops[k - 1]}): {outcomes}"
+        if timed_out:
+            surfaced.add(ops[k - 1][0])
+        os.listdir(drive.my_drive)  # the fault was once only
+    assert surfaced >= {"create", "write", "fsync", "flush", "open", "readdir", "unlink"}
+    _reset(drive)
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_fail_op_on_an_open_file(campaign_drive):
+    drive = campaign_drive
+    fd = os.open(drive.my_drive / "f.bin", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        drive.set_fault("fail-op 2 ENOSPC")
+        assert os.write(fd, b"a" * 100) == 100  # op 1
+        assert _errno_of(os.write, fd, b"b" * 100) == errno.ENOSPC  # op 2
+        assert os.write(fd, b"c" * 100) == 100  # op 3
+        assert [name for _, name, _ in drivefs.read_ops(drive.control)] == ["write", "write", "write"]
+    finally:
+        os.close(fd)
+    assert (drive.backing / "MyDrive" / "f.bin").read_bytes() == b"a" * 100 + b"c" * 100  # op 2 not performed
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_drop_at_fails_the_kth_and_every_later_operation(campaign_drive):
+    drive = campaign_drive
+    ops, step_of = _reference(drive)
+    for k in range(1, len(ops) + 2):
+        _reset(drive)
+        drive.set_fault(f"drop-at {k} ENOTCONN")
+        outcomes, ends = _workload(drive)
+        log = drivefs.read_ops(drive.control)
+        assert [(name, path) for _, name, path in log[:k]] == ops[:k], f"k={k}"
+        if k > len(ops):
+            assert outcomes == [(name, None) for name in _STEPS]
+            continue
+        first = _STEPS.index(step_of[k])
+        for name, err in outcomes:
+            if _STEPS.index(name) < first:
+                assert err is None, f"k={k}: {outcomes}"
+            else:  # the step with op k and every one after it
+                assert err == "ENOTCONN", f"k={k}: {outcomes}"
+        assert drivefs.read_count(drive.control) == ends[-1]
+        assert _errno_of(os.stat, drive.mountpoint) == errno.ENOTCONN  # still dropped...
+        assert drivefs.read_count(drive.control) == ends[-1] + 1  # ...and still counting (getattr /)
+        assert _errno_of(os.listdir, drive.my_drive) == errno.ENOTCONN
+    drive.set_fault("ok")  # ...until the control file changes
+    assert os.listdir(drive.my_drive) == []
+
+
+_KILL_CHILD = r"""
+import os, sys, threading
+
+def loop():
+    print(os.getpid(), threading.get_native_id(), flush=True)
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for i in range(100):
+        os.write(fd, b"%08d\n" % i)
+    os.close(fd)
+    print("survived", flush=True)
+
+if sys.argv[2] == "thread":  # the kernel names the calling thread, not the process: both must die
+    t = threading.Thread(target=loop)
+    t.start()
+    t.join()
+else:
+    loop()
+"""
+
+
+@pytest.mark.fuse
+@needs_fuse
+@pytest.mark.parametrize("where", ["main-thread", "thread"])
+def test_kill_at_kills_the_caller_at_the_kth_operation(campaign_drive, where):
+    drive = campaign_drive
+    target = drive.my_drive / "loop.txt"
+
+    def child():
+        return subprocess.run([sys.executable, "-c", _KILL_CHILD, str(target), where], capture_output=True,
+                              text=True, timeout=60, cwd=os.path.dirname(drive.mountpoint))
+
+    drive.set_fault("ok")
+    done = child()
+    assert done.returncode == 0 and "survived" in done.stdout, done.stderr
+    ops = drivefs.read_ops(drive.control)
+    writes = [k for k, name, _ in ops if name == "write"]
+    assert len(writes) == 100
+    os.unlink(target)
+    k = writes[40]  # the 41st write: lines 0..39 reach "Drive", nothing after
+    drive.set_fault(f"kill-at {k}")
+    done = child()
+    assert done.returncode == -signal.SIGKILL, (done.returncode, done.stdout, done.stderr)
+    pid, tid = map(int, done.stdout.split()[:2])
+    assert "survived" not in done.stdout
+    assert (where == "thread") == (pid != tid)
+    assert f"kill-at {k} (write /MyDrive/loop.txt): SIGKILL to process {pid} (thread {tid})" in drive.stderr()
+    assert (drive.backing / "MyDrive" / "loop.txt").read_bytes() == b"".join(b"%08d\n" % i for i in range(40))
+    log = drivefs.read_ops(drive.control)
+    assert log[:k] == ops[:k]
+    assert {name for _, name, _ in log[k:]} <= {"flush"}  # only the dying process closing its file (refused)
+    # The mount keeps working for everybody else, still under the same control content.
+    (drive.my_drive / "after.txt").write_text("fine")
+    assert (drive.my_drive / "after.txt").read_text() == "fine"
+    assert sorted(os.listdir(drive.my_drive)) == ["after.txt", "loop.txt"]
+    assert drive.alive()

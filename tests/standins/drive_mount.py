@@ -106,7 +106,8 @@ class DriveMount:
         return self.mountpoint / "MyDrive"
 
     def set_fault(self, text: str) -> None:
-        """Switch the fault mode: "ok", "enotconn", "enospc", "readonly" or "fail-after BYTES" (see drivefs.py).
+        """Switch the fault mode: "ok", "enotconn", "enospc", "readonly", "fail-after BYTES", "fail-op K ERR",
+        "drop-at K ERR" or "kill-at K" (see drivefs.py).
         Takes effect for the next filesystem operation; a new "fail-after" restarts its byte count."""
         _drivefs_module().parse_fault(text)  # ValueError here rather than EIO in the filesystem
         with self._lock:

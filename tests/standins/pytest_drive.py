@@ -10,7 +10,8 @@ mfusepy/libfuse3):
 ``drive_mount``
     A live mount with Drive's default write throttle (20e6 bytes/s), unmounted afterwards. Attributes:
     ``.mountpoint`` (the FUSE mount), ``.my_drive`` (``<mountpoint>/MyDrive``), ``.backing`` (what "reached
-    Drive"), ``.set_fault(text)`` ("ok", "enotconn", "enospc", "readonly", "fail-after BYTES"),
+    Drive"), ``.set_fault(text)`` ("ok", "enotconn", "enospc", "readonly", "fail-after BYTES", "fail-op K ERR",
+    "drop-at K ERR", "kill-at K"; see drivefs.py),
     ``.stderr()``. Parametrize the rate indirectly: ``@pytest.mark.parametrize("drive_mount", [None],
     indirect=True)`` mounts unthrottled (the param is the rate in bytes/s).
 
