@@ -252,7 +252,7 @@ class Checkpoints:
     def _read_with_retries(self, read, what: str):
         """``read()``, retried with back-off while it fails with OSError, for at most ``read_timeout``
         seconds; then CheckpointError naming the location and the reason."""
-        deadline, delay = time.monotonic() + self.read_timeout, 0.5
+        deadline, delay = time.monotonic() + self.read_timeout, 0.05
         while True:
             try:
                 return read()

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Fault campaign on the checkpoint store, in the spirit of SQLite's I/O-error tests and of crash-consistency
+checkers (ALICE, CrashMonkey): every filesystem operation of a whole cycle is made to fail in turn, and a
+kill -9 lands at every one, then a fresh "VM" (a new process, an empty local staging folder) must restore.
+
+Cycles (each trial starts from a copy of a prepared destination on the Drive mount stand-in, drivefs.py):
+
+* ``save``: a VM that resumed step 3 of a folder holding steps 1, 2, 3 (keep=3) saves step 4 and closes:
+  snapshot, local commit, lease, upload, manifest, retention.
+* ``restore``: a fresh VM restores a folder holding steps 100, 200, 300.
+
+Faults, at operation k = 1..N of the cycle (N counted by a dry run of the same cycle):
+``EIO``, ``ENOTCONN``, ``ENOSPC``, ``ETIMEDOUT`` (that one operation fails), ``drop`` (operation k and every
+later one fail with ENOTCONN: the mount drops) and ``kill`` (the process is SIGKILLed at operation k).
+
+After each trial, with the mount healthy again, a fresh process restores and the outcome is one of:
+``ok``; ``lost`` (a checkpoint committed before the fault, or committed by the trial, and kept by the
+retention policy is gone); ``wrong`` (the fresh restore did not give the newest verified checkpoint with its
+content); ``restart`` (the trial's own restore returned nothing, or an older step, without an error). For the
+restore cycle a clear CheckpointError is an acceptable answer; silently starting over is not.
+
+Usage (also what tests/checkpoints/test_fault_campaign.py and bench/fault_campaign.py run)::
+
+    python tests/checkpoints/campaign.py fuse WORKDIR [--workers 2] [--stride 1] [--json OUT]
+
+Each worker is one process with its own FUSE mount; it forks one child per trial (no threads exist in the
+worker when it forks; the store's threads live in the children).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "standins")]
+
+KINDS = {
+    "EIO": ("fail-op {k} EIO", False),
+    "ENOTCONN": ("fail-op {k} ENOTCONN", False),
+    "ENOSPC": ("fail-op {k} ENOSPC", False),
+    "ETIMEDOUT": ("fail-op {k} ETIMEDOUT", False),
+    "drop": ("drop-at {k} ENOTCONN", True),
+    "kill": ("kill-at {k}", True),
+}
+CYCLES = {"save": ([1, 2, 3], 4), "restore": ([100, 200, 300], None)}
+KEEP = 3
+NEVER = 10 ** 9
+
+
+def state(step: int) -> dict:
+    import numpy as np
+    return {"w": np.full(20_000, float(step)), "step": step, "note": f"step {step}"}
+
+
+def _quick_retries() -> None:
+    from colabkit.checkpoints import uploader
+    uploader.BACKOFF_START, uploader.BACKOFF_MAX = 0.005, 0.05
+
+
+def set_control(control: Path, text: str) -> None:
+    tmp = control.with_name(control.name + ".tmp")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    os.replace(tmp, control)
+
+
+# -- what runs in the forked children ------------------------------------------------------------------
+def _prepare(template: Path, steps: list[int], local: Path) -> None:
+    import colabkit
+    with colabkit.Checkpoints(str(template), local_dir=local, keep=KEEP) as ckpt:
+        for step in steps:
+            ckpt.save(step, state(step), wait=True)
+
+
+def _save_trial(dest: Path, local: Path, control: Path, fault: str, persistent: bool, out: Path) -> None:
+    import colabkit
+    _quick_retries()
+    ckpt = colabkit.Checkpoints(str(dest), local_dir=local, keep=KEEP, read_timeout=5)
+    restored = ckpt.restore()
+    out.write_text(json.dumps({"resumed": None if restored is None else restored.step}))
+    set_control(control, fault)
+    ckpt.save(4, state(4))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not ckpt.wait(0.02):
+        if persistent and ckpt.status.state == "retrying":
+            break   # the mount stays down: the upload will not succeed in this trial
+    ckpt.close(timeout=0.2 if persistent else 10)
+
+
+def _restore_trial(dest: Path, local: Path, control: Path, fault: str, out: Path) -> None:
+    import colabkit
+    ckpt = colabkit.Checkpoints(str(dest), local_dir=local, keep=KEEP, read_timeout=1)
+    set_control(control, fault)
+    try:
+        restored = ckpt.restore()
+    except colabkit.CheckpointError as exc:
+        result = {"error": str(exc)}
+    else:
+        result = {"restored": None if restored is None else restored.step,
+                  "content_ok": restored is not None and _content_ok(restored)}
+    out.write_text(json.dumps(result))
+    ckpt.close(timeout=0.2)
+
+
+def _content_ok(restored) -> bool:
+    s = restored.state
+    return (s.get("step") == restored.step and s.get("note") == f"step {restored.step}"
+            and bool((s["w"] == float(restored.step)).all()) and s["w"].shape == (20_000,))
+
+
+def _check(backing: Path, dest: Path, local: Path, out: Path) -> None:
+    """With the mount healthy: what Drive holds (verified, read behind the mount) and what a fresh VM gets."""
+    import colabkit
+    from colabkit.checkpoints.folder import CheckpointFolder, CorruptCheckpoint
+    folder = CheckpointFolder(backing)
+    verified = []
+    for info in folder.committed():
+        try:
+            folder.verify(info, full=True)
+            verified.append(info.step)
+        except CorruptCheckpoint:
+            pass
+    result = {"verified": sorted(verified)}
+    try:
+        with colabkit.Checkpoints(str(dest), local_dir=local, read_timeout=5) as ckpt:
+            restored = ckpt.restore()
+        result["fresh_restore"] = None if restored is None else restored.step
+        result["fresh_content_ok"] = restored is not None and _content_ok(restored)
+    except Exception as exc:  # noqa: BLE001 - recorded as the outcome
+        result["fresh_error"] = f"{type(exc).__name__}: {exc}"
+    out.write_text(json.dumps(result))
+
+
+def _in_child(fn, *args) -> int:
+    """Run ``fn(*args)`` in a forked child; its exit status (negative: killed by that signal)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            import warnings
+            warnings.simplefilter("ignore")
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - reported through the exit code and stderr
+            print(f"campaign child: {type(exc).__name__}: {exc}", file=sys.stderr)
+            code = 70
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+# -- one worker: a mount, dry runs, then its share of the trials ----------------------------------------------
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _judge(cycle: str, trial: dict, check: dict) -> tuple[str, str]:
+    before, new_step = CYCLES[cycle]
+    verified = set(check.get("verified", []))
+    committed = before + ([new_step] if new_step in verified else [])
+    required = set(committed[-KEEP:])
+    if not required <= verified:
+        return "lost", f"missing {sorted(required - verified)}; verified {sorted(verified)}"
+    newest = max(verified)
+    if check.get("fresh_restore") != newest or not check.get("fresh_content_ok"):
+        return "wrong", f"fresh restore gave {check.get('fresh_restore')} ({check.get('fresh_error', '')}), " \
+                        f"newest verified is {newest}"
+    if cycle == "restore" and "error" not in trial and trial:
+        if trial.get("restored") != before[-1] or not trial.get("content_ok"):
+            return "restart", f"restore under the fault gave {trial.get('restored')} without an error"
+    if cycle == "save" and trial and trial.get("resumed") != before[-1]:
+        return "restart", f"the trial resumed {trial.get('resumed')}"
+    return "ok", "error" if "error" in trial else ""
+
+
+def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[str], stride: int) -> None:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from drive_mount import mounted_drive
+    import colabkit.checkpoints.api  # noqa: F401 - loaded once, before the forks
+    import numpy  # noqa: F401
+
+    base = workdir / f"w{index}"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    os.environ["XDG_CACHE_HOME"] = str(base / "cache")
+    with mounted_drive(base, rate=None) as mount:
+        counter = 0
+
+        def fresh(name):
+            nonlocal counter
+            counter += 1
+            return base / f"{name}{counter}"
+
+        templates = {}
+        for cycle, (steps, _) in CYCLES.items():
+            templates[cycle] = base / f"template-{cycle}"
+            assert _in_child(_prepare, templates[cycle], steps, fresh("prep")) == 0
+
+        def run(cycle: str, fault: str, persistent: bool) -> tuple[dict, dict, int, int]:
+            name = f"t{index}-{fresh('n').name}"
+            shutil.copytree(templates[cycle], mount.backing / "MyDrive" / name)
+            dest, out = mount.my_drive / name, fresh("out")
+            set_control(mount.control, "ok")
+            if cycle == "save":
+                code = _in_child(_save_trial, dest, fresh("vm"), mount.control, fault, persistent, out)
+            else:
+                code = _in_child(_restore_trial, dest, fresh("vm"), mount.control, fault, out)
+            from drivefs import read_count
+            ops = read_count(mount.control)
+            set_control(mount.control, "ok")
+            check_out = fresh("check")
+            _in_child(_check, mount.backing / "MyDrive" / name, dest, fresh("vm"), check_out)
+            return _read(out), _read(check_out), code, ops
+
+        for cycle in cycles:
+            _, _, _, n_ops = run(cycle, f"fail-op {NEVER} EIO", False)   # the dry run counts the operations
+            print(json.dumps({"cycle": cycle, "operations": n_ops}), flush=True)
+            for kind in kinds:
+                template, persistent = KINDS[kind]
+                for k in range(1 + index * stride, n_ops + 1, of * stride):
+                    started = time.monotonic()
+                    trial, check, code, _ = run(cycle, template.format(k=k), persistent)
+                    outcome, detail = _judge(cycle, trial, check)
+                    if kind == "kill" and code != -signal.SIGKILL:
+                        detail = f"not killed (exit {code}); {detail}"
+                    print(json.dumps({"cycle": cycle, "kind": kind, "k": k, "outcome": outcome, "detail": detail,
+                                      "exit": code, "seconds": round(time.monotonic() - started, 3)}), flush=True)
+
+
+def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tuple(CYCLES),
+                 kinds=tuple(KINDS)) -> dict:
+    """Run the campaign in ``workers`` processes; returns {"trials": [...], "operations": {cycle: N},
+    "seconds": wall time}."""
+    started = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(workdir), str(i), str(workers),
+                               ",".join(cycles), ",".join(kinds), str(stride)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(workers)]
+    trials, operations, errors = [], {}, []
+    for p in procs:
+        out, err = p.communicate()
+        for line in out.splitlines():
+            row = json.loads(line)
+            if "operations" in row:
+                operations[row["cycle"]] = row["operations"]
+            else:
+                trials.append(row)
+        if p.returncode != 0:
+            errors.append(err[-3000:])
+    if errors:
+        raise RuntimeError("a campaign worker failed:\n" + "\n".join(errors))
+    return {"trials": trials, "operations": operations, "seconds": time.monotonic() - started}
+
+
+def table(result: dict) -> str:
+    """Markdown: fault kind x operations covered x trials -> lost commits, wrong resumes, silent restarts."""
+    lines = ["| cycle | fault | operations covered | trials | lost commits | wrong resumes | silent restarts |",
+             "|---|---|---|---|---|---|---|"]
+    for cycle in CYCLES:
+        for kind in KINDS:
+            rows = [t for t in result["trials"] if t["cycle"] == cycle and t["kind"] == kind]
+            if not rows:
+                continue
+            count = {o: sum(t["outcome"] == o for t in rows) for o in ("lost", "wrong", "restart")}
+            lines.append(f"| {cycle} | {kind} | {len({t['k'] for t in rows})} of {result['operations'][cycle]} | "
+                         f"{len(rows)} | {count['lost']} | {count['wrong']} | {count['restart']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    fuse = sub.add_parser("fuse", help="run the campaign on the Drive mount stand-in")
+    fuse.add_argument("workdir", type=Path)
+    fuse.add_argument("--workers", type=int, default=2)
+    fuse.add_argument("--stride", type=int, default=1, help="try every n-th operation only (default: all)")
+    fuse.add_argument("--json", type=Path, help="write every trial's outcome here")
+    w = sub.add_parser("worker")
+    for name in ("workdir", "index", "of", "cycles", "kinds", "stride"):
+        w.add_argument(name)
+    args = parser.parse_args(argv)
+    if args.command == "worker":
+        worker(Path(args.workdir), int(args.index), int(args.of), args.cycles.split(","), args.kinds.split(","),
+               int(args.stride))
+        return 0
+    result = run_campaign(args.workdir, workers=args.workers, stride=args.stride)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    print(table(result))
+    print(f"\n{len(result['trials'])} trials in {result['seconds']:.0f}s")
+    bad = [t for t in result["trials"] if t["outcome"] != "ok"]
+    for t in bad[:20]:
+        print(f"  {t['cycle']} {t['kind']} k={t['k']}: {t['outcome']}: {t['detail']}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

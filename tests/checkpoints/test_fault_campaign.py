@@ -1,0 +1,26 @@
+"""The fault campaign (campaign.py): every filesystem operation of a save+retention cycle and of a restore fails
+in turn (EIO, ENOTCONN, ENOSPC, ETIMEDOUT), the mount drops at each one, and a kill -9 lands at each one; a
+fresh process must then restore the newest verified checkpoint, nothing committed and kept may be gone, and a
+restore under a fault either restores the newest checkpoint or raises: never starts over silently."""
+import os
+
+import pytest
+
+from tests.checkpoints import campaign
+from tests.standins.drive_mount import fuse_unavailable_reason
+
+pytestmark = [pytest.mark.fuse, pytest.mark.slow, pytest.mark.subprocess_kill,
+              pytest.mark.skipif(bool(fuse_unavailable_reason()), reason=f"FUSE: {fuse_unavailable_reason()}")]
+
+
+def test_every_operation_of_a_save_and_a_restore_fails_in_turn_and_nothing_is_lost(tmp_path):
+    result = campaign.run_campaign(tmp_path, workers=min(4, max(2, os.cpu_count() or 2)))
+    ops = result["operations"]
+    assert ops["save"] > 50 and ops["restore"] > 20, ops   # the cycles really went through the mount
+    trials = result["trials"]
+    assert len(trials) == len(campaign.KINDS) * (ops["save"] + ops["restore"])
+    kills = [t for t in trials if t["kind"] == "kill"]
+    assert all(t["exit"] == -9 for t in kills), "kill-at must really kill the trial at its operation"
+    bad = [t for t in trials if t["outcome"] != "ok"]
+    assert not bad, "\n" + campaign.table(result) + "\n" + "\n".join(
+        f"{t['cycle']} {t['kind']} k={t['k']}: {t['outcome']}: {t['detail']}" for t in bad[:30])
