@@ -87,6 +87,7 @@ class AutoResume(keras.callbacks.Callback):
         self.restored = None          # what on_train_begin restored (colabkit.Restored) or None
         self.events = []              # (wall time, event, detail) for timelines and the status panel
         self._buffers = _SnapshotBuffers()
+        self._old_handlers = {}       # kept across runs: one that fit() left by an exception chains to them
         self._reset_run_state()
 
     def _reset_run_state(self):
@@ -102,7 +103,7 @@ class AutoResume(keras.callbacks.Callback):
         self._end_position = None     # where training stands after the last epoch_end
         self._interrupt = None        # "SIGINT" / "SIGTERM" once received
         self._stopped_for = None
-        self._old_handlers = {}
+        self._fit_frame = None        # the running fit()'s frame (see _install_signal_handlers)
         self._original_train_function = None
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -234,27 +235,28 @@ class AutoResume(keras.callbacks.Callback):
 
     def _wrap_train_function(self, skip_batches: int):
         """Wrap fit()'s train_function for this run: its first calls in the resumed epoch consume their
-        batches without training (the resume position), and an exception leaving fit() restores the signal
-        handlers (Keras calls no callback then)."""
+        batches without training (the resume position). Exceptions pass through untouched: an epoch of
+        unknown length ends with one (StopIteration / OutOfRangeError) that Keras catches. A wrapper left on
+        the model by a fit() that ended by an exception is replaced, not wrapped, and skips nothing outside
+        its own fit()."""
         model = self.model
         per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
         self._skip_calls = -(-skip_batches // per_call)
-        original = self._original_train_function = model.train_function
+        original = model.train_function
+        while getattr(original, "_colabkit_original", None) is not None:
+            original = original._colabkit_original
+        self._original_train_function = original
 
         def train_function(iterator):
-            try:
-                self._last_call_skipped = self._skip_calls > 0
-                if self._last_call_skipped:
-                    self._skip_calls -= 1
-                    for _ in range(per_call):
-                        next(iterator)
-                    return {}
-                return original(iterator)
-            except BaseException:
-                self._restore_signal_handlers()
-                model.train_function = original
-                raise
+            self._last_call_skipped = self._skip_calls > 0 and self._fit_running(sys._getframe(1))
+            if self._last_call_skipped:
+                self._skip_calls -= 1
+                for _ in range(per_call):
+                    next(iterator)
+                return {}
+            return original(iterator)
 
+        train_function._colabkit_original = original
         model.train_function = train_function
 
     # -- save triggers -------------------------------------------------------------------------------------
@@ -384,6 +386,11 @@ class AutoResume(keras.callbacks.Callback):
 
     # -- signals -------------------------------------------------------------------------------------------
     def _install_signal_handlers(self):
+        """Install the handlers for this fit(), called from on_train_begin. When fit() ends by an exception
+        Keras calls no callback, so the handlers stay installed; they then find fit()'s frame (recorded
+        here) off the stack at the next signal and step aside (see _on_signal)."""
+        stale, self._old_handlers = self._old_handlers, {}   # non-empty: this callback's fit() ended that way
+        self._fit_frame = _fit_frame_above(sys._getframe(1)) or _FIT_FRAME_UNKNOWN
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -391,30 +398,72 @@ class AutoResume(keras.callbacks.Callback):
                 previous = signal.signal(sig, self._on_signal)
             except (ValueError, OSError):
                 continue
-            if isinstance(getattr(previous, "__self__", None), AutoResume):
-                # left behind by a fit() that ended in an exception Keras reported to no callback
-                previous = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            owner = getattr(previous, "__self__", None)
+            if isinstance(owner, AutoResume):
+                # left behind by a fit() that ended in an exception Keras reported to no callback: chain to the
+                # handler that was there before it
+                default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+                previous = (stale if owner is self else owner._old_handlers).get(sig, default)
             self._old_handlers[sig] = previous
 
     def _restore_signal_handlers(self):
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers = {}
+        self._fit_frame = None
+
+    def _fit_running(self, frame) -> bool:
+        """Whether this callback's fit() is on the stack at ``frame`` (a frame of the calling thread)."""
+        fit_frame = self._fit_frame
+        if fit_frame is None or fit_frame is _FIT_FRAME_UNKNOWN:
+            return fit_frame is _FIT_FRAME_UNKNOWN   # not in a fit(), or its frame was not found: assume running
+        while frame is not None:
+            if frame is fit_frame:
+                return True
+            frame = frame.f_back
+        return False
 
     def _on_signal(self, signum, frame):
+        if not self._fit_running(frame if frame is not None else sys._getframe(1)):
+            # fit() ended by an exception (no callback ran): act as if AutoResume had never been installed
+            previous = self._old_handlers.get(signum, signal.SIG_DFL)
+            self._skip_calls = 0
+            self._restore_signal_handlers()
+            _pass_signal_on(previous, signum, frame)
+            return
         name = signal.Signals(signum).name
         if self._interrupt != name:
             self._interrupt = name   # handled at the next batch end: save, then stop
             return
         # the same signal twice: stop waiting for the save and let the previous handler act now
-        previous = self._old_handlers.get(signum, signal.SIG_DFL)
+        previous, fit_frame = self._old_handlers.get(signum, signal.SIG_DFL), self._fit_frame
         self._restore_signal_handlers()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            signal.raise_signal(signum)
+        self._fit_frame = fit_frame   # fit() still runs when the previous handler returns
+        _pass_signal_on(previous, signum, frame)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
+
+
+_FIT_FRAME_UNKNOWN = object()   # on_train_begin ran outside a recognised fit(): its handlers assume it runs
+
+
+def _fit_frame_above(frame):
+    """The innermost Keras ``fit()`` frame at or above ``frame``: a function named fit with an
+    ``epoch_iterator`` local (Keras 3's trainers, all backends), or None."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "fit" and ("epoch_iterator" in code.co_varnames or "epoch_iterator" in code.co_cellvars):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _pass_signal_on(previous, signum, frame):
+    """Let ``previous`` (a handler signal.signal returned, already reinstalled) handle the signal."""
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.raise_signal(signum)
 
 
 class _SnapshotBuffers:

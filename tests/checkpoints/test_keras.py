@@ -1,6 +1,7 @@
 """colabkit.keras.AutoResume with real Keras 3 / TensorFlow on small models."""
 import importlib.util
 import os
+import shutil
 import random
 import signal
 import subprocess
@@ -210,6 +211,10 @@ def test_signal_handlers_are_restored_when_fit_fails(tmp_path, ck_env):
     with pytest.raises(Exception, match="input pipeline broke"):
         model.fit(batches(), steps_per_epoch=12, epochs=1, verbose=0,
                   callbacks=[colabkit.keras.AutoResume(str(tmp_path / "a"), deadline=None)])
+    # Keras calls no callback when fit() fails: AutoResume's handler finds fit() gone at the next signal,
+    # puts the previous handlers back and passes the signal on (here: an ordinary KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     fit(model, tmp_path / "b", epochs=1)
     other = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3), keras.layers.Dense(1)])
@@ -223,12 +228,16 @@ def test_final_save_is_bounded_when_the_destination_stays_down(tmp_path, ck_env,
     import colabkit.keras as ck
     monkeypatch.setattr(ck, "FINAL_WAIT_FLOOR_S", 1.0)
     dest = tmp_path / "dest"
-    dest.write_text("a file where the folder should be: every upload fails")
     model, _ = workers.build_model(keras)
     started = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        auto = fit(model, dest, epochs=1)
+        # after the restore found nothing, the destination goes bad: every upload fails from then on
+        def break_destination(model):
+            shutil.rmtree(dest, ignore_errors=True)
+            dest.write_text("a file where the folder should be")
+        breaks = AtBatch(1, break_destination)
+        auto = fit(model, dest, epochs=1, callbacks=[breaks])
     assert time.time() - started < 30
     out = capsys.readouterr().out
     assert "is not on" in out and "kept on local disk" in out
