@@ -281,34 +281,43 @@ class Checkpoints:
         in place. With ``resume_from`` (a shared link) and no checkpoint of its own yet, the shared
         checkpoint is downloaded, verified and restored first.
         """
-        claimed_here = not _writer.holds(self.local.path, self)
+        claimed = []
+
+        def downloads() -> CheckpointFolder:
+            """Where to download: the local staging folder, claimed first (only when a download is needed,
+            so that a restore that finds nothing writes nothing); a folder of our own when another process
+            on this machine writes to the staging folder."""
+            if _writer.holds(self.local.path, self):
+                return self.local
+            try:
+                _writer.claim(self.local.path, self, self.location)
+            except _writer.FolderInUse:
+                import tempfile
+                scratch = Path(tempfile.mkdtemp(prefix="colabkit-restore-"))
+                atexit.register(remove_tree, scratch)
+                return CheckpointFolder(scratch)
+            claimed.append(True)
+            return self.local
+
         try:
-            _writer.claim(self.local.path, self, self.location)   # downloads go into the local staging folder
-        except _writer.FolderInUse:
-            # another process on this machine writes there: read, but download into a folder of our own
-            import tempfile
-            scratch = Path(tempfile.mkdtemp(prefix="colabkit-restore-"))
-            atexit.register(remove_tree, scratch)
-            return self._restore(into, CheckpointFolder(scratch))
-        try:
-            return self._restore(into, self.local)
+            return self._restore(into, downloads)
         finally:
-            if claimed_here:
+            if claimed:
                 _writer.release(self.local.path, self)
 
-    def _restore(self, into, downloads: CheckpointFolder):
+    def _restore(self, into, downloads):
         copies = self._read_with_retries(self._copies, "the list of checkpoints")
         self._restored_once = True
         pulled = None
         if not copies and self.resume_from is not None:
             from ..links import pull_checkpoint
-            pulled = pull_checkpoint(self.resume_from, downloads)
+            pulled = pull_checkpoint(self.resume_from, downloads())
             copies = {pulled.name: [pulled]}
         for group in sorted(copies.values(), key=lambda g: g[0].order_key(), reverse=True):
             for info in group:
                 from_local = info.path.parent == self.local.path
                 try:
-                    info = info if from_local else self._download(info, downloads)
+                    info = info if from_local else self._download(info, downloads())
                     if from_local:
                         self.local.verify(info, full=True)
                     state = _state.read(info.path, into=into)

@@ -2,7 +2,7 @@
 
 Two runs writing one folder prune and resume each other's checkpoints (a `colabkit run` sweep whose jobs all
 save to "drive:runs/mnist" would). Before it writes, a process claims the folder's local staging directory with
-an advisory lock (flock), which the OS releases when the process dies: a crash or a kill never leaves a stale
+an advisory lock (flock) on a file beside it, which the OS releases when the process dies: a crash or a kill never leaves a stale
 claim. Several Checkpoints objects in one process (a notebook cell run twice) share the claim. Writers on other
 machines are seen through the destination's lease (lease.py); where flock is unavailable nothing is checked here.
 """
@@ -19,7 +19,13 @@ try:
 except ImportError:  # Windows
     fcntl = None
 
-LOCK_NAME = ".colabkit-writer.lock"
+LOCK_SUFFIX = ".colabkit-writer.lock"
+
+
+def lock_path(staging: Path) -> Path:
+    """The lock file, beside the staging folder (which then holds checkpoints only, and need not exist)."""
+    staging = Path(staging).absolute()
+    return staging.parent / f".{staging.name}{LOCK_SUFFIX}"
 
 _claims: dict[str, tuple[int, set]] = {}   # staging dir -> (locked fd, ids of the objects holding the claim)
 _mutex = threading.Lock()
@@ -35,8 +41,9 @@ def claim(staging: Path, owner: object, destination) -> None:
         if key in _claims:
             _claims[key][1].add(id(owner))
             return
-        Path(key).mkdir(parents=True, exist_ok=True)
-        fd = os.open(os.path.join(key, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        lock = lock_path(Path(key))
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
