@@ -2,8 +2,8 @@
 
 Two runs writing one folder prune and resume each other's checkpoints (a `colabkit run` sweep whose jobs all
 save to "drive:runs/mnist" would). Before it writes, a process claims the folder's local staging directory with
-an advisory lock (flock) on a file beside it, which the OS releases when the process dies: a crash or a kill never leaves a stale
-claim. Several Checkpoints objects in one process (a notebook cell run twice) share the claim. Writers on other
+an advisory lock (flock) on a file beside it, which the OS releases when the process dies: a crash or a kill
+never leaves a stale claim. Several Checkpoints objects in one process (a notebook cell run twice) share the claim. Writers on other
 machines are seen through the destination's lease (lease.py); where flock is unavailable nothing is checked here.
 """
 from __future__ import annotations
