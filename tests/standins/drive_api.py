@@ -18,6 +18,52 @@ One threaded HTTP server on 127.0.0.1 speaks:
 Faults: ``server.fail(status, method=None, path=None, reason=None, times=1)`` injects errors (500/503, 403
 ``rateLimitExceeded``, 429) on the next matching requests. ``server.requests`` logs ``(method, path)``;
 ``server.upload_bytes`` counts chunk bytes received, to tell a resumed upload from a restarted one.
+
+Request-granular faults, for a campaign that fails the k-th request of a whole operation, for every k. The
+*counted* requests are the Drive API ones: ``/token``, ``/drive/v2/...`` and ``/upload/drive/v2/...`` (not the
+shared-link pages, not unknown paths); each HTTP request counts once, in the order the server takes them (a
+client library's own silent re-send is a request of its own). Thread-safe: counting and taking the fault are
+one step under a lock.
+
+* ``server.count``: counted requests since the last ``arm``/``arm_from``/``reset_count()``; ``server.counted``
+  lists their ``(method, path)``, so ``server.counted[k - 1]`` is the k-th.
+* ``server.arm(k, kind)``: the k-th request counted from now (k >= 1; ``count`` restarts at 0) gets the fault
+  ``kind``, once; every other request is served normally. ``server.arm_from(k, kind)``: the k-th and every
+  later request get it (an outage), until ``server.disarm()``. One plan at a time: arming replaces the last.
+* ``server.disarm()`` clears the plan (``count`` goes on). ``server.reset_count()`` restarts the count; an
+  armed k then counts from there. ``server.injected`` lists the faults that fired as
+  ``(n, kind, method, path[, what])``; ``server.abandoned`` the requests whose body never came (below).
+
+Kinds (``FAULT_KINDS``); what the real clients (httplib2 0.2x/0.3x, googleapiclient, pydrive2) see:
+
+* ``"500"``, ``"503"``: that status with Drive's error JSON (``backendError`` / ``Backend Error``), as
+  ``fail()`` sends, also on ``/token``; the request is not applied. googleapiclient raises ``HttpError``,
+  pydrive2 ``ApiRequestError``, oauth2client (``/token``) ``HttpAccessTokenRefreshError``.
+* ``"drop"``: the request is read but not applied, and the connection is closed before any byte of an answer.
+  http.client raises ``RemoteDisconnected`` (a ``ConnectionResetError``); httplib2 re-sends such a request
+  once by itself, so a single drop costs one extra request and the client sees nothing; two in a row (an
+  ``arm_from``) raise ``RemoteDisconnected`` through googleapiclient and pydrive2 unwrapped.
+* ``"drop-mid"``: the request *is applied* (a folder made, a chunk stored, a file deleted), then the status
+  line and headers go out with the full ``Content-Length`` and ``Connection: close``, then half the body,
+  and the connection closes. httplib2 raises ``http.client.IncompleteRead`` (an ``HTTPException``, not an
+  ``OSError``), which googleapiclient, oauth2client and pydrive2 pass through unwrapped and which nothing
+  re-sends. An answer without a body (``204`` of a delete, ``200`` that opens an upload session, ``308`` of
+  a chunk) has no body to cut: it is closed before its first byte instead, after the request was applied
+  (``RemoteDisconnected``, so httplib2 re-sends the applied request once). ``Connection: close`` keeps the
+  client from re-using the broken connection, so the next request is not hit too.
+* ``"stale-list"``: a ``files.list`` answer omits the most recently created item that matches its ``q`` (Drive
+  listings are eventually consistent). When the k-th request is not a ``files.list`` the next ``files.list``
+  gets it (with ``arm_from``: every ``files.list`` from the k-th request on). A listing with nothing to omit
+  still spends the fault (``injected`` says ``omitted: None``).
+
+Order on one request: counting, then the armed fault, then ``fail()``'s faults, then authorisation.
+
+A request whose body stops arriving for ``server.body_timeout_s`` (5 s) is abandoned: no answer, connection
+closed, as a front end gives up on a stalled upload (``server.abandoned``). That is what follows a ``"drop"``
+(or a bodiless ``"drop-mid"``) of an upload chunk ``PUT``: httplib2's re-send reuses the body stream
+googleapiclient already read, so it announces ``Content-Length`` and sends nothing; without the timeout the
+client would wait forever. The client then sees ``RemoteDisconnected``. Such a request is counted; a fault
+armed for it fires (and is listed) without changing anything.
 """
 from __future__ import annotations
 
@@ -27,6 +73,7 @@ import email.parser
 import email.policy
 import hashlib
 import html
+import io
 import itertools
 import json
 import re
@@ -37,6 +84,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FOLDER = "application/vnd.google-apps.folder"
 ROOT_ID = "0AROOTFOLDER" + "r" * 20
+FAULT_KINDS = ("500", "503", "drop", "drop-mid", "stale-list")
 
 
 def _now() -> str:
@@ -152,7 +200,13 @@ class DriveServer(ThreadingHTTPServer):
         self.requests: list[tuple[str, str]] = []
         self.upload_bytes = 0
         self.slow_chunk_s = 0.0
+        self.body_timeout_s = 5.0       # a request body that stops arriving this long is abandoned (see _body)
         self._lock = threading.Lock()
+        self.count = 0                               # counted (Drive API) requests since arm/reset_count
+        self.counted: list[tuple[str, str]] = []     # their (method, path), in order
+        self.injected: list[tuple] = []              # armed faults that fired: (n, kind, method, path[, what])
+        self.abandoned: list[tuple] = []             # (n or None, method, path) of requests whose body never came
+        self._armed: dict | None = None              # {"k", "kind", "from": bool}
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property
@@ -183,6 +237,48 @@ class DriveServer(ThreadingHTTPServer):
                     return fault
         return None
 
+    # -- request-granular faults (see the module docstring) ------------------------------------------------
+    def arm(self, k: int, kind: str) -> None:
+        """The k-th counted request from now gets ``kind``, once; ``count`` restarts at 0."""
+        self._arm(k, kind, outage=False)
+
+    def arm_from(self, k: int, kind: str) -> None:
+        """The k-th counted request from now and every later one get ``kind``, until ``disarm()``."""
+        self._arm(k, kind, outage=True)
+
+    def _arm(self, k: int, kind: str, *, outage: bool) -> None:
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; one of {FAULT_KINDS}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k={k!r}: the first request counted from now is k=1")
+        with self._lock:
+            self.count, self.counted = 0, []
+            self._armed = {"k": k, "kind": kind, "from": outage}
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = None
+
+    def reset_count(self) -> None:
+        """Restart ``count`` (and ``counted``) at 0; an armed fault's k then counts from here too."""
+        with self._lock:
+            self.count, self.counted = 0, []
+
+    def count_request(self, method: str, path: str, *, is_list: bool) -> tuple[int, str | None]:
+        """Count one Drive API request: (its number, the armed fault kind it gets or None), atomically."""
+        with self._lock:
+            self.count += 1
+            n = self.count
+            self.counted.append((method, path))
+            armed = self._armed
+            if armed is None or n < armed["k"]:
+                return n, None
+            if armed["kind"] == "stale-list" and not is_list:
+                return n, None    # the fault waits for the next files.list
+            if not armed["from"]:
+                self._armed = None
+            return n, armed["kind"]
+
     def issue_token(self, who: str) -> str:
         token = "ya29." + secrets.token_urlsafe(16)
         self.tokens[token] = who
@@ -196,15 +292,26 @@ class DriveServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    _stale: int | None = None        # the request number of an armed "stale-list" this request is
     server: DriveServer
 
     def log_message(self, *args):  # quiet
         pass
 
     # -- plumbing --------------------------------------------------------------------------------------
-    def _body(self) -> bytes:
+    def _body(self) -> bytes | None:
+        """The request body; None when it stops arriving for ``server.body_timeout_s`` (the request is then
+        abandoned: no answer, connection closed). A body cut short by the client closing is returned short."""
         length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+        if not length:
+            return b""
+        self.connection.settimeout(self.server.body_timeout_s)
+        try:
+            return self.rfile.read(length)
+        except TimeoutError:
+            return None
+        finally:
+            self.connection.settimeout(None)
 
     def _send(self, status: int, body: bytes = b"", ctype: str = "application/json; charset=UTF-8",
               headers: dict | None = None):
@@ -229,6 +336,53 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         self.server.requests.append((self.command, url.path))
         path = url.path
+        n, kind = 0, None
+        if path == "/token" or path.startswith(("/drive/v2/", "/upload/drive/v2/")):
+            n, kind = self.server.count_request(self.command, path,
+                                                is_list=self.command == "GET" and path == "/drive/v2/files")
+        if body is None:      # the body never came (a client re-sent a request whose body stream it had used up)
+            self.server.abandoned.append((n if n else None, self.command, path))
+            if kind is not None:
+                self.server.injected.append((n, kind, self.command, path, "body incomplete: no answer anyway"))
+            self.close_connection = True
+            return None
+        if kind in ("500", "503"):
+            self.server.injected.append((n, kind, self.command, path))
+            return self._error(int(kind), "backendError", "Backend Error")
+        if kind == "drop":
+            self.server.injected.append((n, kind, self.command, path))
+            self.close_connection = True           # nothing is written: the client reads EOF
+            return None
+        if kind == "drop-mid":
+            return self._cut_short(n, path, query, body)
+        self._stale = n if kind == "stale-list" else None     # the request number, for _list
+        try:
+            return self._serve(path, query, body)
+        finally:
+            if self._stale is not None:   # armed for this files.list, but fail(), a 401 or a bad q answered it
+                self._stale = None
+                self.server.injected.append((n, kind, self.command, path, "answered otherwise: nothing omitted"))
+
+    def _cut_short(self, n: int, path: str, query: dict, body: bytes):
+        """Apply the request, then send its answer's head and half its body, and close the connection."""
+        real, self.wfile = self.wfile, io.BytesIO()
+        try:
+            self._stale = None
+            self._serve(path, query, body)
+            raw = self.wfile.getvalue()
+        finally:
+            self.wfile = real
+        self.close_connection = True
+        head, sep, rest = raw.partition(b"\r\n\r\n")
+        if not sep or not rest or self.command == "HEAD":   # no body to cut: drop before the first byte
+            self.server.injected.append((n, "drop-mid", self.command, path, "no body: nothing sent"))
+            return None
+        self.server.injected.append((n, "drop-mid", self.command, path, f"{len(rest) // 2} of {len(rest)} bytes"))
+        self.wfile.write(head + b"\r\nConnection: close\r\n\r\n" + rest[:len(rest) // 2])
+        self.wfile.flush()
+        return None
+
+    def _serve(self, path: str, query: dict, body: bytes):
         if path == "/token":
             return self._token(body)
         if path in ("/uc", "/embeddedfolderview"):
@@ -360,6 +514,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             return self._error(400, "invalid", f"Invalid query: {exc}")
         items = sorted((m for m in state.files.values() if match(m)), key=lambda m: m["_seq"])
+        if self._stale is not None:          # an armed "stale-list": the newest match is not listed yet
+            n, self._stale = self._stale, None
+            omitted = items.pop()["id"] if items else None
+            self.server.injected.append((n, "stale-list", self.command, "/drive/v2/files", f"omitted: {omitted}"))
         size = int(query.get("maxResults") or 100)
         start = int(query.get("pageToken") or 0)
         page = [state.public_meta(m["id"]) for m in items[start:start + size]]
