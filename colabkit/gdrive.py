@@ -91,6 +91,9 @@ def _classify(exc, what: str) -> tuple[bool, OSError]:
     errors = require("googleapiclient.errors", "drive", "Google Drive access")
     oauth2 = require("oauth2client.client", "drive", "Google Drive access")
     httplib2 = require("httplib2", "drive", "Google Drive access")
+    status = getattr(exc, "status", None)   # HttpAccessTokenRefreshError: the token endpoint's HTTP status
+    if isinstance(exc, oauth2.AccessTokenRefreshError) and isinstance(status, int) and (status >= 500 or status == 429):
+        return True, DriveError(f"Google's sign-in service answered {status} while {what}")
     if isinstance(exc, oauth2.AccessTokenRefreshError) or isinstance(exc, oauth2.AccessTokenCredentialsError):
         return False, DriveAuthError(
             f"Google Drive refused the credentials while {what} ({exc}). They may be revoked or expired: run "
@@ -106,7 +109,9 @@ def _classify(exc, what: str) -> tuple[bool, OSError]:
         retry = status is not None and (status >= 500 or status == 429 or
                                         (status == 403 and reason in _RETRY_REASONS))
         return retry, DriveError(f"Google Drive answered {status} {reason} while {what}")
-    if isinstance(exc, (httplib2.HttpLib2Error, ConnectionError, TimeoutError)):
+    import http.client
+    # IncompleteRead (a connection dropped mid-answer) is an HTTPException, neither an OSError nor httplib2's
+    if isinstance(exc, (httplib2.HttpLib2Error, http.client.HTTPException, ConnectionError, TimeoutError)):
         return True, DriveError(f"cannot reach Google Drive while {what} ({type(exc).__name__}: {exc})")
     if isinstance(exc, DriveError):
         return False, exc

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from pathlib import Path, PurePosixPath
 
 from .. import gdrive as _gdrive
@@ -17,6 +18,8 @@ from .folder import _NAME, LEASE_NAME, CheckpointFolder, CheckpointInfo, Corrupt
 from .storage import remove_tree, write_bytes
 
 log = logging.getLogger("colabkit")
+
+LISTING_LAG_S = 1.0   # Drive's listings are eventually consistent: a second look after this long
 
 
 class DriveApiFolder:
@@ -37,18 +40,25 @@ class DriveApiFolder:
         return f"gdrive://{self.folder_path}"
 
     # -- locating --------------------------------------------------------------------------------------
-    def _root(self, *, create: bool) -> str | None:
+    def _root(self, *, create: bool, confirm: bool = False) -> str | None:
         if self._root_id is None:
             self._root_id = self.client.folder(self.folder_path, create=create)
+            if self._root_id is None and confirm:   # a listing may not show a folder yet: look once more
+                time.sleep(LISTING_LAG_S)
+                self._root_id = self.client.folder(self.folder_path, create=False)
         return self._root_id
 
-    def _folders(self) -> dict[str, list[dict]]:
-        """Checkpoint-named folders, grouped by name, oldest first."""
-        root = self._root(create=False)
+    def _folders(self, *, confirm: bool = False) -> dict[str, list[dict]]:
+        """Checkpoint-named folders, grouped by name, oldest first. ``confirm``: the union of two listings,
+        so that one listing that lags behind does not hide a checkpoint from a restore."""
+        root = self._root(create=False, confirm=confirm)
         if root is None:
             return {}
+        items = {item["id"]: item for item in self.client.children(root, folders=True)}
+        if confirm:
+            items.update({item["id"]: item for item in self.client.children(root, folders=True)})
         groups: dict[str, list[dict]] = {}
-        for item in self.client.children(root, folders=True):
+        for item in sorted(items.values(), key=lambda f: (f.get("createdDate", ""), f["id"])):
             if _NAME.match(item["title"]):
                 groups.setdefault(item["title"], []).append(item)
         return groups
@@ -62,11 +72,26 @@ class DriveApiFolder:
         return _manifest.loads(data, where=f"{where}/{_manifest.MANIFEST_NAME}")
 
     # -- the destination protocol --------------------------------------------------------------------------
-    def scan(self) -> Listing:
+    def scan(self, *, confirm: bool = False) -> Listing:
         """As CheckpointFolder.scan. A folder whose manifest a listing does not show is incomplete (Drive
-        listings lag behind uploads: pruning deletes such folders only when they are known leftovers)."""
+        listings lag behind uploads: pruning deletes such folders only when they are known leftovers).
+        ``confirm`` (for restores): folders and manifests that one listing may have missed are looked for
+        again (see _folders), and a folder without a manifest whose step is above the newest committed one
+        is looked at once more after LISTING_LAG_S, so that a lagging listing does not resume an older step."""
+        listing = self._scan(self._folders(confirm=confirm))
+        newest = max((c.step for c in listing.committed), default=-1)
+        doubtful = [n for n in listing.incomplete if int(_NAME.match(n).group(1)) > newest]
+        if confirm and doubtful:
+            time.sleep(LISTING_LAG_S)
+            again = self._scan({n: items for n, items in self._folders().items() if n in doubtful})
+            listing.committed = sorted(listing.committed + again.committed, key=CheckpointInfo.order_key)
+            listing.incomplete = sorted(set(listing.incomplete) - {c.name for c in again.committed})
+            listing.unreadable.update(again.unreadable)
+        return listing
+
+    def _scan(self, folders: dict) -> Listing:
         found, incomplete, unreadable = [], [], {}
-        for name, items in self._folders().items():
+        for name, items in folders.items():
             if len(items) > 1:
                 self.client.pick(items, str(self))
             info = None
@@ -88,7 +113,8 @@ class DriveApiFolder:
         return Listing(sorted(found, key=CheckpointInfo.order_key), sorted(incomplete), unreadable)
 
     def committed(self) -> list[CheckpointInfo]:
-        listing = self.scan()
+        """Committed checkpoints, oldest first, confirmed against a lagging listing (see scan)."""
+        listing = self.scan(confirm=True)
         listing.raise_if_unreadable(self)
         return listing.committed
 
@@ -106,6 +132,9 @@ class DriveApiFolder:
 
     def _files(self, info: CheckpointInfo) -> dict[str, dict]:
         files = self.client.walk(self._folder_id(info))
+        if set(info.manifest["files"]) - set(files):   # a listing may lag behind the upload: look once more
+            time.sleep(LISTING_LAG_S)
+            files = self.client.walk(self._folder_id(info))
         for rel, meta in info.manifest["files"].items():
             item = files.get(rel)
             if item is None:

@@ -31,6 +31,7 @@ log = logging.getLogger("colabkit")
 
 RENEW_S = float(os.environ.get("COLABKIT_LEASE_RENEW_S", 30.0))
 TIMEOUT_S = float(os.environ.get("COLABKIT_LEASE_TIMEOUT_S", 180.0))
+READ_BACK_LAG_S = 1.0   # Drive's listings are eventually consistent
 
 
 class FolderInUse(CheckpointError):
@@ -86,8 +87,8 @@ def lease_for(dest, location, on_warning) -> "Lease":
     key = str(dest.path)
     with _shared_lock:
         lease = _shared.get(key)
-        if lease is None:
-            lease = _shared[key] = Lease(dest, location, on_warning)
+        if lease is None or not (lease.held or lease._owners):
+            lease = _shared[key] = Lease(dest, location, on_warning)   # bound to the newest client
         return lease
 
 
@@ -148,7 +149,10 @@ class Lease:
             self.dest.write_lease(json.dumps(self._record()).encode())
             back = self._read()   # two writers at once: the record that stays wins
             if back is None or back.get("token") != self.token:
-                raise FolderInUse(in_use_message(_describe(back) if back else "another writer", self.location))
+                time.sleep(READ_BACK_LAG_S)   # or a listing that lags behind our write: decide on a second look
+                back = self._read()
+            if back is not None and back.get("token") != self.token:
+                raise FolderInUse(in_use_message(_describe(back), self.location))
             self.held, self.lost = True, False
             self._owners.add(id(owner))
             self._stop.clear()

@@ -225,8 +225,9 @@ class Uploader:
                 if self.lease.lost:
                     raise _LeaseLost(f"another writer took over {self.dest.path}")
                 self.lease.acquire(self._lease_owner)
-            self._own.add(("dest", newest.name))
+            self._own.add(("dest", newest.name))     # until it is committed there: then it is nobody's leftover
             copied = self.dest.copy_in(newest)
+            self._own.discard(("dest", newest.name))
         except Exception as exc:  # noqa: BLE001 - OSError from a mount, or a back end's own errors: retry all
             with self._cond:  # a reader seeing "retrying" also sees why
                 self.status.last_error = f"{type(exc).__name__}: {exc}"

@@ -265,12 +265,12 @@ def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tup
     return {"trials": trials, "operations": operations, "seconds": time.monotonic() - started}
 
 
-def table(result: dict) -> str:
+def table(result: dict, kinds=KINDS, unit: str = "operations") -> str:
     """Markdown: fault kind x operations covered x trials -> lost commits, wrong resumes, silent restarts."""
-    lines = ["| cycle | fault | operations covered | trials | lost commits | wrong resumes | silent restarts |",
+    lines = [f"| cycle | fault | {unit} covered | trials | lost commits | wrong resumes | silent restarts |",
              "|---|---|---|---|---|---|---|"]
     for cycle in CYCLES:
-        for kind in KINDS:
+        for kind in kinds:
             rows = [t for t in result["trials"] if t["cycle"] == cycle and t["kind"] == kind]
             if not rows:
                 continue

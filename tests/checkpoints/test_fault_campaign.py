@@ -1,7 +1,8 @@
-"""The fault campaign (campaign.py): every filesystem operation of a save+retention cycle and of a restore fails
-in turn (EIO, ENOTCONN, ENOSPC, ETIMEDOUT), the mount drops at each one, and a kill -9 lands at each one; a
-fresh process must then restore the newest verified checkpoint, nothing committed and kept may be gone, and a
-restore under a fault either restores the newest checkpoint or raises: never starts over silently."""
+"""The fault campaigns (campaign.py, gdrive_campaign.py): every filesystem operation of a save+retention cycle and
+of a restore fails in turn (EIO, ENOTCONN, ENOSPC, ETIMEDOUT), the mount drops at each one, and a kill -9 lands at
+each one; on gdrive:// every Drive API request fails in turn (5xx, a dropped connection, a lagging listing, an
+outage). A fresh process must then restore the newest verified checkpoint, nothing committed and kept may be
+gone, and a restore under a fault either restores the newest checkpoint or raises: never starts over silently."""
 import os
 
 import pytest
@@ -23,4 +24,17 @@ def test_every_operation_of_a_save_and_a_restore_fails_in_turn_and_nothing_is_lo
     assert all(t["exit"] == -9 for t in kills), "kill-at must really kill the trial at its operation"
     bad = [t for t in trials if t["outcome"] != "ok"]
     assert not bad, "\n" + campaign.table(result) + "\n" + "\n".join(
+        f"{t['cycle']} {t['kind']} k={t['k']}: {t['outcome']}: {t['detail']}" for t in bad[:30])
+
+
+def test_every_drive_api_request_of_a_save_and_a_restore_fails_in_turn_and_nothing_is_lost(tmp_path):
+    pytest.importorskip("pydrive2")
+    from tests.checkpoints import gdrive_campaign
+    result = gdrive_campaign.run_campaign(tmp_path, workers=4)
+    ops = result["operations"]
+    assert ops["save"] > 20 and ops["restore"] > 8, ops   # the cycles really went through the API
+    trials = result["trials"]
+    assert len(trials) == len(gdrive_campaign.KINDS) * (ops["save"] + ops["restore"])
+    bad = [t for t in trials if t["outcome"] != "ok"]
+    assert not bad, "\n" + gdrive_campaign.table(result) + "\n" + "\n".join(
         f"{t['cycle']} {t['kind']} k={t['k']}: {t['outcome']}: {t['detail']}" for t in bad[:30])

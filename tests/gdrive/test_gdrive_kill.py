@@ -23,9 +23,18 @@ def test_numpy_state_survives_random_kills_during_drive_uploads(gdrive, tmp_path
     floor, resumed_any = 0, False
     for _ in range(6):
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(1.2, 2.8))
+        # the kill lands at a random moment after training started (the RESUMED line); in the first round,
+        # after the first upload, so that some restart has something on Drive to resume from
+        wanted = "UPLOADED" if not resumed_any and floor == 0 else "RESUMED"
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith(wanted):
+                break
+        time.sleep(rng.uniform(0.0, 1.5))
         proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate()
+        out = "".join(seen) + out
         assert "INCONSISTENT" not in out and "Traceback" not in err, (out, err)
         resumed = [int(line.split()[1]) for line in out.splitlines() if line.startswith("RESUMED")]
         uploaded = [int(line.split()[1]) for line in out.splitlines() if line.startswith("UPLOADED")]
