@@ -110,6 +110,7 @@ class Checkpoints:
                                   on_warning=self._warn, lease=self._lease, lease_owner=self, settles=settles,
                                   on_stop=self.release)
         self._generation = None       # this run's generation, settled by the first save (see _settle_run)
+        self._lease_tried = False
         self._restored_once = False   # restore() has read the folder: _newest_seen is what it holds
         self._newest_seen = None      # the newest checkpoint restore() found, and the damaged ones it skipped
         self._damaged_seen: set[str] = set()
@@ -141,9 +142,16 @@ class Checkpoints:
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step={step!r} is invalid: pass a non-negative integer (e.g. the global batch count).")
+        if self._uploader.closed:
+            raise RuntimeError("This Checkpoints object is closed; create a new one to save again.")
+        first = self._generation is None
         self.claim()
-        if self._generation is None:
-            self._settle_run(step)
+        if first:
+            try:
+                self._settle_run(step)
+            except BaseException:
+                self.release()   # nothing was saved: the folder stays free for the run that owns it
+                raise
         started = time.monotonic()
         snap = _state.snapshot(state, copy_arrays=_copy_arrays)
         local_dir = self.local.path / new_name(step)
@@ -152,8 +160,10 @@ class Checkpoints:
             local_dir.mkdir(parents=True)
             _state.write_trackables(snap, local_dir)
         except BaseException:
-            remove_tree(local_dir)
-            self._uploader.unreserve(local_dir.name)
+            try:
+                remove_tree(local_dir)
+            finally:
+                self._uploader.unreserve(local_dir.name)
             raise
         self.last_snapshot_s = time.monotonic() - started
         self._seq += 1
@@ -170,10 +180,14 @@ class Checkpoints:
         newest = self._newest_seen
         if not self._restored_once:
             try:
-                infos = [c for c in self._listing(strict=self.fresh) if c.name not in self._damaged_seen]
-            except OSError as exc:   # only with fresh=True: its generation must outrank what is there
-                raise CheckpointError(f"cannot read {self.location} to start a new run there ({exc}); nothing "
-                                      f"was saved. Re-run when the destination is reachable again.") from None
+                infos = self._listing(strict=True)
+            except OSError:
+                if self.fresh:   # its generation must outrank what is there: read it, or say why not
+                    infos = self._read_with_retries(lambda: self._listing(strict=True), "the list of checkpoints")
+                else:            # training goes on; the uploader checks the destination before uploading
+                    infos = self._listing(strict=False)
+                    self._uploader.check_first = lambda: self._check_destination(step)
+            infos = [c for c in infos if c.name not in self._damaged_seen]
             newest = max(infos, key=CheckpointInfo.order_key, default=None)
         generation = 0 if newest is None else newest.generation
         if self.fresh:
@@ -185,6 +199,18 @@ class Checkpoints:
                 f"earlier run's checkpoints are deleted as this run's are committed), or use another folder. "
                 f"Nothing was saved.")
         self._generation = generation
+
+    def _check_destination(self, step: int) -> None:
+        """Run by the uploader before its first upload when the first save could not read the destination:
+        an earlier run's newer checkpoints there stop the uploads (they stay on local disk) with the same
+        error the first save would have raised."""
+        newest = max((c for c in self.dest.committed() if c.name not in self._damaged_seen),
+                     key=CheckpointInfo.order_key, default=None)
+        if newest is not None and newest.order_key()[:2] > (self._generation, step):
+            raise CheckpointError(
+                f"{self.location} holds step {newest.step} of an earlier run, and this run started at step {step} "
+                f"without restoring it; its checkpoints stay on local disk at {self.local.path} and are not "
+                f"uploaded. Call restore() first to continue that run, pass fresh=True, or use another folder.")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the newest save is committed on the destination. False on timeout or failure."""
@@ -205,7 +231,8 @@ class Checkpoints:
         another process, on this machine or (through the destination's lease) on another, is writing to it.
         A destination that cannot be reached now is claimed before the first upload instead."""
         _writer.claim(self.local.path, self, self.location)
-        if self._lease is not None and not self._lease.held and not self._lease.lost:
+        if self._lease is not None and not self._lease_tried:
+            self._lease_tried = True   # once: during an outage, the uploader retries, not the training thread
             try:
                 self._lease.acquire(self)
             except OSError as exc:
@@ -215,6 +242,7 @@ class Checkpoints:
         """Let other processes write to the folder (``close`` does it too)."""
         if self._lease is not None:
             self._lease.release(self)
+            self._lease_tried = False
         _writer.release(self.local.path, self)
 
     def __enter__(self):
@@ -307,7 +335,6 @@ class Checkpoints:
 
     def _restore(self, into, downloads):
         copies = self._read_with_retries(self._copies, "the list of checkpoints")
-        self._restored_once = True
         pulled = None
         if not copies and self.resume_from is not None:
             from ..links import pull_checkpoint
@@ -332,9 +359,11 @@ class Checkpoints:
                 self._damaged_seen.discard(info.name)
                 if self._newest_seen is None or info.order_key() > self._newest_seen.order_key():
                     self._newest_seen = info
+                self._restored_once = True
                 source = "link" if pulled is not None else "local" if from_local else "destination"
                 return Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state, path=info.path,
                                 source=source, manifest=info.manifest)
+        self._restored_once = True   # read, and nothing valid there
         return None
 
     def _download(self, info: CheckpointInfo, into: CheckpointFolder) -> CheckpointInfo:

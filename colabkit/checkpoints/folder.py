@@ -208,6 +208,9 @@ class CheckpointFolder:
         An earlier, interrupted copy under that name is replaced (it was never committed).
         """
         target = self.path / source.name
+        existing = None if check_hashes else self._same_commit(target, source)
+        if existing is not None:
+            return existing   # a retry after the manifest was written but its answer was lost: keep it
         remove_tree(target)
         self.path.mkdir(parents=True, exist_ok=True)
         target.mkdir()
@@ -240,6 +243,17 @@ class CheckpointFolder:
 
     def remove_lease(self) -> None:
         (self.path / LEASE_NAME).unlink(missing_ok=True)
+
+    def _same_commit(self, target: Path, source: CheckpointInfo) -> CheckpointInfo | None:
+        """The committed copy of ``source`` already at ``target`` (same manifest, files of the right sizes)."""
+        try:
+            info = CheckpointInfo(target, self.read_manifest(target))
+            if info.manifest.get("checksum") != source.manifest.get("checksum"):
+                return None
+            self.verify(info, full=False)
+            return info
+        except (_manifest.ManifestError, CorruptCheckpoint, OSError):
+            return None
 
     def download(self, info: CheckpointInfo, into: "CheckpointFolder") -> CheckpointInfo:
         """Copy one of this folder's checkpoints into the local folder ``into``, checking sha256 on the way."""

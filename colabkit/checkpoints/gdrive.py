@@ -158,6 +158,15 @@ class DriveApiFolder:
         """Upload a committed local checkpoint: a new Drive folder, data files, then the manifest."""
         root = self._root(create=True)
         for stale in self.client.children(root, title=source.name, folders=True):
+            try:   # a retry after the manifest went up but its answer was lost: that copy is committed
+                if self._read_manifest(stale["id"], f"{self}/{source.name}").get("checksum") == \
+                        source.manifest.get("checksum"):
+                    self._ids[source.name] = stale["id"]
+                    info = CheckpointInfo(self.path / source.name, source.manifest)
+                    self._files(info)
+                    return info
+            except (_manifest.ManifestError, CorruptCheckpoint):
+                pass
             self.client.delete(stale["id"])    # an interrupted earlier upload of this checkpoint
         folder = self.client.mkdir(root, source.name)
         subfolders = {"": folder["id"]}

@@ -131,16 +131,21 @@ class Lease:
         with self._lock:
             if self.held:
                 self._owners.add(id(owner))
+                self._start_renewing()   # in case a release was under way
                 return
             current = self._read()
             now = time.time()
             if current is not None and current.get("token") != self.token:
                 age = now - float(current.get("renewed", 0))
-                if _dead_here(current):
+                if current.get("machine") == _machine_id() and current.get("pid") == os.getpid():
+                    pass   # our own, left by an earlier release that could not remove it
+                elif _dead_here(current):
                     log.info("colabkit: taking over %s from %s, which has ended", self.location,
                              _describe(current))
                 elif age < TIMEOUT_S:
-                    raise FolderInUse(in_use_message(_describe(current), self.location, _age(current, now)))
+                    raise FolderInUse(in_use_message(_describe(current), self.location, _age(current, now)) +
+                                      f" A writer that stopped without a word (a reclaimed VM) is taken over "
+                                      f"{TIMEOUT_S - age:.0f}s from now.")
                 else:
                     self._on_warning(f"taking over {self.location} from {_describe(current)}: its writer "
                                      f"stopped renewing the lease more than {TIMEOUT_S:.0f}s ago (a reclaimed VM "
@@ -155,9 +160,14 @@ class Lease:
                 raise FolderInUse(in_use_message(_describe(back), self.location))
             self.held, self.lost = True, False
             self._owners.add(id(owner))
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._renew_loop, name="colabkit-lease", daemon=True)
-            self._thread.start()
+            self._start_renewing()
+
+    def _start_renewing(self) -> None:
+        if self._thread is not None and self._thread.is_alive() and not self._stop.is_set():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew_loop, name="colabkit-lease", daemon=True)
+        self._thread.start()
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(RENEW_S):
@@ -193,6 +203,8 @@ class Lease:
             thread.join(5.0)
         with self._lock:
             if not self.held or self._owners:
+                if self._owners and self.held:
+                    self._start_renewing()   # taken again while we waited for the renewal thread
                 return
             self.held = False
             try:

@@ -12,7 +12,8 @@ from .folder import CheckpointFolder, CorruptCheckpoint
 
 def checkpoints_report(location, *, verify: bool = False, as_json: bool = False) -> tuple[str, bool]:
     """(text, all_ok): the committed checkpoints in ``location``, oldest first; with ``verify``, each one's
-    files are checked against its manifest. Folders without a valid manifest are counted as leftovers."""
+    files are checked against its manifest. Folders without a valid manifest are counted as leftovers; folders
+whose manifest cannot be read are listed as unreadable (and make ``all_ok`` False)."""
     path = resolve(location)
     if not isinstance(path, Path):
         folder = path                     # a back end that is not a filesystem (gdrive://)
@@ -22,7 +23,10 @@ def checkpoints_report(location, *, verify: bool = False, as_json: bool = False)
     else:
         folder = CheckpointFolder(path)
     rows, ok = [], True
-    for info in folder.committed():
+    listing = folder.scan()
+    unreadable = {name: str(exc) for name, exc in listing.unreadable.items()}
+    ok = not unreadable
+    for info in listing.committed:
         problem = None
         if verify:
             try:
@@ -32,15 +36,18 @@ def checkpoints_report(location, *, verify: bool = False, as_json: bool = False)
         rows.append({"name": info.name, "step": info.step, "epoch": info.epoch, "batch": info.batch,
                      "created": info.created, "size": info.size, "reason": info.manifest["info"].get("reason"),
                      "valid": None if not verify else problem is None, "problem": problem})
-    leftovers = folder.leftovers()
+    leftovers = listing.incomplete
     if as_json:
         return json.dumps({"location": str(location), "path": str(path), "checkpoints": rows,
-                           "leftovers": leftovers}, indent=2), ok
-    lines = [f"{path}: {len(rows)} committed checkpoint(s)" + (f", {len(leftovers)} leftover(s)" if leftovers else "")]
+                           "leftovers": leftovers, "unreadable": unreadable}, indent=2), ok
+    lines = [f"{path}: {len(rows)} committed checkpoint(s)" + (f", {len(leftovers)} leftover(s)" if leftovers else "")
+             + (f", {len(unreadable)} UNREADABLE" if unreadable else "")]
     now = time.time()
     for r in rows:
         where = f"epoch {r['epoch']}, batch {r['batch']}" if r["epoch"] is not None else "-"
         status = "" if r["valid"] is None else ("  OK" if r["valid"] else f"  DAMAGED: {r['problem']}")
         lines.append(f"  step {r['step']:>8}  {where:<22} {format_size(r['size']):>10}  "
                      f"{format_duration(now - r['created'])} ago{status}")
+    lines += [f"  {name}  UNREADABLE: {error} (nothing is deleted while it cannot be read)"
+              for name, error in sorted(unreadable.items())]
     return "\n".join(lines), ok

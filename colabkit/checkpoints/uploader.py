@@ -21,6 +21,7 @@ log = logging.getLogger("colabkit")
 BACKOFF_START, BACKOFF_MAX = 1.0, 60.0
 LEFTOVER_GRACE_S = 3600.0   # another writer's folder without a manifest may still be uploading until then
 SETTLE_S = 1800.0           # a network mount may still be pushing a new commit to the cloud until then
+SETTLING_MAX = 2            # superseded checkpoints kept beyond `keep` for that reason, at most
 
 
 @dataclasses.dataclass
@@ -61,8 +62,9 @@ class _LeaseLost(Exception):
 class Uploader:
     """The background thread. ``lease`` (lease.Lease, for a destination other machines can see) is taken
     before the first upload and checked before every one; ``settles`` says the destination uploads to the
-    cloud after a write returns (a Drive mount): the previous checkpoint then stays for SETTLE_S after a newer
-    commit, whatever ``keep`` says. ``on_stop`` runs on this thread when it ends."""
+    cloud after a write returns (a Drive mount): a checkpoint then stays until the one after it has been
+    committed for SETTLE_S, whatever ``keep`` says (at most SETTLING_MAX such extra checkpoints).
+    ``on_stop`` runs on this thread when it ends."""
 
     def __init__(self, local: CheckpointFolder, dest: CheckpointFolder | None, *, keep: int,
                  keep_every: float | None, on_warning: Callable[[str], None], lease=None, lease_owner=None,
@@ -74,7 +76,9 @@ class Uploader:
         self._on_warning = on_warning
         self._own: set[str] = set()                # folders this writer made or began deleting (per folder)
         self._first_seen_incomplete: dict[str, float] = {}
-        self._last_dest_commit = None              # monotonic time of the last upload
+        self._dest_commits: list[tuple[float, str]] = []   # (monotonic time, name) of this writer's uploads
+        self._blocked: str | None = None           # why uploads cannot go on (the lease is another writer's)
+        self.check_first: Callable[[], None] | None = None   # run (and passed) before the first upload
         self._cond = threading.Condition()
         self._pending: Job | None = None
         self._writing: Job | None = None
@@ -94,6 +98,10 @@ class Uploader:
         """Protect a checkpoint folder the training thread is about to create from pruning."""
         with self._cond:
             self._reserved.add(name)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def unreserve(self, name: str) -> None:
         with self._cond:
@@ -128,6 +136,8 @@ class Uploader:
                 if done >= seq:
                     return True
                 if self._failed_seq >= seq and self._committed_seq < seq:
+                    return False
+                if self._blocked is not None and self.dest is not None:
                     return False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -225,19 +235,29 @@ class Uploader:
                 if self.lease.lost:
                     raise _LeaseLost(f"another writer took over {self.dest.path}")
                 self.lease.acquire(self._lease_owner)
+            if self.check_first is not None:
+                self.check_first()
+                self.check_first = None
             self._own.add(("dest", newest.name))     # until it is committed there: then it is nobody's leftover
             copied = self.dest.copy_in(newest)
             self._own.discard(("dest", newest.name))
         except Exception as exc:  # noqa: BLE001 - OSError from a mount, or a back end's own errors: retry all
+            from .folder import CheckpointError
+            from .lease import FolderInUse
             with self._cond:  # a reader seeing "retrying" also sees why
                 self.status.last_error = f"{type(exc).__name__}: {exc}"
                 self.status.state = "retrying"
+                if isinstance(exc, (_LeaseLost, FolderInUse, CheckpointError)):   # no wait() hangs on these
+                    self._blocked = str(exc)
+                self._cond.notify_all()
             self._warn(f"could not upload checkpoint step {newest.step} to {self.dest.path} ({exc}); training "
                        f"continues, checkpoints are kept on local disk at {self.local.path} and the upload is "
                        f"retried with back-off")
             return False
         self.status.last_upload_s = time.monotonic() - started
-        self._last_dest_commit = time.monotonic()
+        now = time.monotonic()
+        self._dest_commits = [c for c in self._dest_commits if now - c[0] < 2 * SETTLE_S] + [(now, newest.name)]
+        self._blocked = None
         if self._warned:
             log.warning("colabkit: destination %s is reachable again; checkpoint step %s uploaded",
                         self.dest.path, newest.step)
@@ -257,18 +277,33 @@ class Uploader:
         where = "local" if folder is self.local else "dest"
         if where == "dest" and self.lease is not None and not self.lease.held:
             return
-        keep = self.keep
-        if where == "dest" and self.settles and self._last_dest_commit is not None \
-                and time.monotonic() - self._last_dest_commit < SETTLE_S:
-            keep += 1   # the newest commit may not have reached the cloud yet: keep the one before it too
+        keep, settling = self.keep, set()
+        if where == "dest" and self.settles:
+            # a network mount may still be pushing a commit to the cloud: a checkpoint stays until the one
+            # after it has been committed for SETTLE_S (for the earlier run's newest: our first commit)
+            now, commits = time.monotonic(), self._dest_commits
+            # (at most SETTLING_MAX of them: frequent saves must not fill the Drive)
+            settling = {name for (_, name), (t_next, _) in zip(commits, commits[1:])
+                        if now - t_next < SETTLE_S}
+            settling = set(sorted(settling, key=[n for _, n in commits].index)[-SETTLING_MAX:])
+            if commits and now - commits[0][0] < SETTLE_S:
+                keep += 1
         just_committed = {i.name for i in (self.status.last_local, self.status.last_uploaded) if i is not None}
+        asked = set()
+
+        def abandoned(name):
+            asked.add(name)
+            return self._abandoned(where, name)
         try:
             folder.prune(keep, keep_every=self.keep_every,
-                         protect=lambda name: name in just_committed or self.is_in_progress(name),
-                         abandoned=lambda name: self._abandoned(where, name),
+                         protect=lambda name: name in just_committed or name in settling or self.is_in_progress(name),
+                         abandoned=abandoned,
                          on_delete=lambda name: self._own.add((where, name)))
         except Exception as exc:  # noqa: BLE001 - pruning is housekeeping; it must never stop uploads
             log.debug("colabkit: pruning %s skipped this round: %s", folder.path, exc)
+        if where == "dest":   # the grace counts how long a folder stayed without a manifest, without a break
+            for name in set(self._first_seen_incomplete) - asked:
+                del self._first_seen_incomplete[name]
 
     def _abandoned(self, where: str, name: str) -> bool:
         """A folder without a manifest is a leftover to delete only when this writer made it (its write was

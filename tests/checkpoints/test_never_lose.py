@@ -259,7 +259,28 @@ def test_a_save_that_fails_on_the_training_thread_leaves_nothing_behind(tmp_path
 @pytest.mark.parametrize("drive_mount", [None], indirect=True)
 def test_on_a_drive_mount_the_previous_checkpoint_stays_while_the_newest_may_still_be_uploading(
         tmp_path, ck_env, drive_mount):
-    commit(drive_mount.my_drive / "run", tmp_path / "vm", [1, 2, 3], keep=1)
-    assert steps(drive_mount.backing / "MyDrive" / "run") == [2, 3]
+    commit(drive_mount.my_drive / "run", tmp_path / "vm", [1, 2, 3, 4], keep=1)
+    assert steps(drive_mount.backing / "MyDrive" / "run") == [2, 3, 4], \
+        "with keep=1, the two checkpoints superseded in the last 30 minutes stay too"
     commit(tmp_path / "plain", tmp_path / "vm2", [1, 2, 3], keep=1)
     assert steps(tmp_path / "plain") == [3], "a local folder has nothing in flight once written"
+
+
+def test_a_first_save_that_cannot_read_the_folder_uploads_nothing_over_an_earlier_runs_newer_steps(
+        tmp_path, ck_env):
+    dest = tmp_path / "dest"
+    commit(dest, tmp_path / "vm1", [100, 200, 300])
+    dest.rename(tmp_path / "away")
+    dest.write_text("not a folder")                       # the mount is down when the new run starts
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckpt = colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm2")
+        assert ckpt.save(1, {"w": np.ones(8)}), "training goes on while the destination is down"
+        dest.unlink()
+        (tmp_path / "away").rename(dest)                  # it comes back, with the earlier run in it
+        assert not ckpt.wait(10)
+        assert "holds step 300 of an earlier run" in ckpt.status.last_error
+        ckpt.close(timeout=1)
+    assert any("holds step 300" in str(w.message) for w in caught)
+    assert steps(dest) == [100, 200, 300]
+    assert [c.step for c in CheckpointFolder(tmp_path / "vm2").committed()] == [1], "kept on local disk"
