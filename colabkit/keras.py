@@ -2,13 +2,24 @@
 
     model.fit(ds, epochs=50, callbacks=[colabkit.keras.AutoResume("drive:runs/mnist")])
 
-Restores weights, optimizer state, metric state, epoch, batch and RNG state when training begins; saves
-crash-safely while training (to local disk, then uploaded in the background); saves and stops before the
-runtime cap; saves on SIGTERM and on an interrupt (the notebook's stop button) before giving control back.
-Requires Keras 3 (TensorFlow >= 2.16).
+Restores the whole training state when training begins: every variable Keras tracks (the model's weights
+and seed generators, every optimizer reachable from the model, e.g. a GAN's ``self.d_opt``/``self.g_opt``,
+metrics), the other callbacks' state, epoch, batch and the RNG states; saves crash-safely while training (to
+local disk, then uploaded in the background); saves and stops before the runtime cap; saves on SIGTERM and on
+an interrupt (the notebook's stop button) before giving control back. Requires Keras 3 (TensorFlow >= 2.16).
+
+A callback of your own keeps its state across a resume with two methods::
+
+    class Counter(keras.callbacks.Callback):
+        def get_state(self):            # JSON-able values; NumPy arrays allowed
+            return {"seen": self.seen, "history": np.asarray(self.history)}
+
+        def set_state(self, state):     # called once every callback's on_train_begin has run
+            self.seen, self.history = state["seen"], list(state["history"])
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -37,20 +48,39 @@ _POSITIONABLE_ADAPTERS = {"ArrayDataAdapter", "TFDatasetAdapter", "PyDatasetAdap
                           "GrainDatasetAdapter"}
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
 FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
+_LAYOUT = 2                          # checkpoints whose variables are matched by path (see _StateLayout)
+_GROUPS = ("model", "optimizer", "metrics")
+# Keras callbacks whose state a resumed run needs, and the attributes that hold it (CSVLogger: see
+# _prepare_callbacks; a callback with get_state()/set_state() is asked instead)
+_CALLBACK_STATE = (
+    ("EarlyStopping", ("wait", "stopped_epoch", "best", "best_weights", "best_epoch")),
+    ("ReduceLROnPlateau", ("wait", "best", "cooldown_counter")),
+    ("ModelCheckpoint", ("best", "_batches_seen_since_last_saving", "_last_batch_seen")),
+    ("TensorBoard", ("_global_train_batch", "_global_test_batch")),
+)
+# CallbackList methods AutoResume hooks for the duration of a fit() (see _hook_callback_list)
+_LIST_HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "on_epoch_end",
+               "on_test_begin", "on_test_batch_begin", "on_test_batch_end", "on_test_end", "on_train_end")
 
 
 class AutoResume(keras.callbacks.Callback):
     """Back up and restore training state, crash-safely, to ``directory`` ("drive:runs/x" or a folder).
 
+    Accepts every argument of ``keras.callbacks.BackupAndRestore`` with the same meaning (the first four, in
+    the same order), and more.
+
     Args:
-        directory: where checkpoints go (same role as BackupAndRestore's ``backup_dir``).
-        save_freq: "epoch" or an integer number of batches, as in BackupAndRestore.
+        directory: where checkpoints go (BackupAndRestore's ``backup_dir``, which is accepted as a keyword too).
+        save_freq: "epoch", an integer number of batches, or False (no periodic saves: only on SIGTERM, an
+            interrupt, a deadline, ``every`` and at the end of training), as in BackupAndRestore.
+        double_checkpoint: keep the previous checkpoint too, for when the newest cannot be read. colabkit always
+            keeps ``keep`` checkpoints and falls back to the newest valid one; True makes ``keep`` at least 2.
+        delete_checkpoint: delete the checkpoints after training completes (BackupAndRestore's default is
+            True; here False, so a finished run can still be inspected or continued).
         every: also save on a wall-clock interval, e.g. "15min".
         keep: committed checkpoints to keep (default: the configured ``keep``, 3).
         deadline: "auto" (save and stop before the runtime cap; also save before the idle cutoff when
             %keepalive is on), None, a time budget ("11h30m") counted from the start of training, or a datetime.
-        delete_checkpoint: delete the checkpoints after training completes (BackupAndRestore's default is
-            True; here False, so a finished run can still be inspected or continued).
         deadline_margin: the least time before a deadline at which the final save starts (default 60s);
             colabkit starts earlier when measured saves take longer (3x the measured save+upload time).
         keep_every: also keep one checkpoint per interval ("6h").
@@ -58,36 +88,66 @@ class AutoResume(keras.callbacks.Callback):
         resume_from: a Google Drive share link to someone's checkpoint: when ``directory`` has no checkpoint
             yet, it is downloaded, verified (manifest, sha256, safe formats only) and resumed; new
             checkpoints go to ``directory``.
+
+    What a resume restores: every variable Keras tracks, matched by where it sits in the model (attribute
+    names and, in lists, class names: the same code finds each variable at the same place), including
+    optimizers that are attributes of the model or sit in its lists and dicts (built on resume when they were
+    built in the saved run), LossScaleOptimizer internals, metrics and seed generators; the state of
+    EarlyStopping, ReduceLROnPlateau, ModelCheckpoint and TensorBoard; CSVLogger appends to its file from where
+    the checkpoint was taken; any callback with ``get_state()`` / ``set_state(state)``. Checkpoints are
+    taken after every other callback's ``on_train_batch_end`` / ``on_epoch_end``, wherever AutoResume is in
+    the list. The callback can be reused across fit() calls; when fit() is left by an exception, the last
+    save is committed (bounded wait) before the exception goes on.
     """
 
-    def __init__(self, directory, save_freq="epoch", every=None, keep=None, deadline="auto",
-                 delete_checkpoint=False, deadline_margin=None, keep_every=None, verbose=1, local_dir=None,
-                 resume_from=None):
+    def __init__(self, directory=None, save_freq="epoch", double_checkpoint=False, delete_checkpoint=False,
+                 every=None, keep=None, deadline="auto", deadline_margin=None, keep_every=None, verbose=1,
+                 local_dir=None, resume_from=None, *, backup_dir=None):
         super().__init__()
-        if not directory or (isinstance(directory, str) and not directory.strip()):
-            raise ValueError(f"Empty `directory` argument passed (directory={directory!r}); pass a folder such as "
-                             f"\"drive:runs/mnist\" or \"checkpoints/mnist\".")
-        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+        if backup_dir is not None:
+            if directory is not None:
+                raise TypeError(f"AutoResume got directory={directory!r} and backup_dir={backup_dir!r}; pass one "
+                                f"of them (backup_dir is BackupAndRestore's name for the same argument).")
+            directory = backup_dir
+        if _names_no_folder(directory):
+            hint = (" (an empty Path is Path('.'), the current folder, not a folder of the run's own)"
+                    if isinstance(directory, os.PathLike) else "")
+            raise ValueError(f"Empty `backup_dir` argument passed: directory={directory!r}{hint}; pass a folder "
+                             f"such as \"drive:runs/mnist\" or \"checkpoints/mnist\".")
+        if save_freq is not False and save_freq != "epoch" and (
+                isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
             raise ValueError(f"Invalid value for argument `save_freq`. Received: save_freq={save_freq!r}. "
-                             f"Expected either 'epoch' or an integer value (a number of batches, at least 1).")
+                             f"Expected either 'epoch' or an integer value (a number of batches, at least 1), or "
+                             f"False (no periodic saves).")
         if every is not None:
             try:
                 every = parse_duration(every, name="every")
             except ValueError:
                 raise ValueError(f"Invalid value for argument `every`. Received: every={every!r}. "
                                  f"Expected None or {DURATION_FORMS}.") from None
+        if double_checkpoint and (keep is None or keep == 1) and not isinstance(keep, bool):
+            from .config import load as load_settings
+            keep = max(2, load_settings().keep if keep is None else keep)   # the previous checkpoint stays
+        self.double_checkpoint = double_checkpoint
         self.directory, self.save_freq, self.every = directory, save_freq, every
         self.deadline, self.delete_checkpoint, self.verbose = deadline, delete_checkpoint, verbose
         self.margin_floor = 60.0 if deadline_margin is None else parse_duration(deadline_margin, name="deadline_margin")
         watch_for(deadline, started_at=time.time())  # validate the deadline now, not when fit() starts
-        self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
-                                       resume_from=resume_from)
+        self._checkpoint_args = dict(keep=keep, keep_every=keep_every, local_dir=local_dir, resume_from=resume_from)
+        self.checkpoints = Checkpoints(directory, **self._checkpoint_args)
+        self._checkpoints_closed = False   # delete_checkpoint closed them: the next fit() opens new ones
         from .widgets import track
         track(self)  # the status panel shows this run's saves and deadlines
         self.restored = None          # what on_train_begin restored (colabkit.Restored) or None
         self.events = []              # (wall time, event, detail) for timelines and the status panel
         self._buffers = _SnapshotBuffers()
         self._old_handlers = {}       # kept across runs: one that fit() left by an exception chains to them
+        self._callback_list = None    # the CallbackList of the coming fit(), hooked (see _hook_callback_list)
+        self._hooked_run = False      # this fit() runs through those hooks
+        self._in_hook = False
+        self._running = False         # between on_train_begin and on_train_end (or the exception leaving fit)
+        self._layout = None
+        self._csv_appending = []      # (CSVLogger, its own `append`) while a resumed run appends to its file
         self._reset_run_state()
 
     def _reset_run_state(self):
@@ -105,6 +165,9 @@ class AutoResume(keras.callbacks.Callback):
         self._stopped_for = None
         self._fit_frame = None        # the running fit()'s frame (see _install_signal_handlers)
         self._original_train_function = None
+        self._saved_in_run = False
+        self._last_saved_step = None
+        self._reapply = None          # the restore plan, applied again after the resumed epoch's on_epoch_begin
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _say(self, message: str):
@@ -116,11 +179,24 @@ class AutoResume(keras.callbacks.Callback):
         self.events.append((time.time(), kind, detail))
 
     def _variables(self):
-        model = self.model
-        optimizer = model.optimizer
-        return (list(model.variables),
-                list(optimizer.variables) if optimizer is not None else [],
-                list(getattr(model, "metrics_variables", [])))
+        """(model, optimizer, metrics) variables: everything Keras tracks for training (see _StateLayout)."""
+        layout = self._layout
+        if layout is None or layout.model is not self.model or layout.changed():
+            layout = self._layout = _StateLayout(self.model)
+        return layout.groups
+
+    def _paths_of(self, variables) -> list:
+        return [self._layout.paths[id(v)] for v in variables]
+
+    def _optimizer_builds(self) -> dict:
+        """For each built optimizer, the paths of the variables it was built for, so that a resumed run can
+        build one that builds lazily (a GAN's optimizers, in their first apply) before its state is assigned."""
+        builds = {}
+        for path, optimizer in self._layout.optimizers:
+            built_for = getattr(optimizer, "_trainable_variables", None)
+            if getattr(optimizer, "built", False) and built_for is not None:
+                builds[path] = [self._layout.paths.get(id(v)) for v in built_for]
+        return builds
 
     def _rng_state(self) -> dict:
         state = {"python": _python_rng_to_json(random.getstate())}
@@ -146,9 +222,220 @@ class AutoResume(keras.callbacks.Callback):
         if seed_gen is not None and "keras_global_seed" in state:
             seed_gen.state.assign(state["keras_global_seed"])
 
+    # -- the other callbacks' state ------------------------------------------------------------------------
+    def _other_callbacks(self):
+        """(key, callback) for this fit()'s other callbacks; the key is the class name, numbered from the
+        second of a class on (EarlyStopping, EarlyStopping_1), so the same list finds the same state."""
+        callbacks = self._callback_list.callbacks if self._callback_list is not None else []
+        counts = {}
+        for callback in callbacks:
+            if callback is self or isinstance(callback, (keras.callbacks.History, keras.callbacks.ProgbarLogger)):
+                continue
+            name = type(callback).__name__
+            counts[name] = counts.get(name, -1) + 1
+            yield (name if not counts[name] else f"{name}_{counts[name]}"), callback
+
+    def _callback_states(self) -> dict:
+        states = {}
+        for key, callback in self._other_callbacks():
+            if _has_state_protocol(callback):
+                states[key] = _detached(callback.get_state())
+            elif isinstance(callback, keras.callbacks.CSVLogger):
+                states[key] = {"csv_bytes": _local_file_size(callback.filename)}
+            else:
+                attributes = _builtin_state(callback)
+                if attributes:
+                    # Keras replaces these values (best_weights too), never changes them in place
+                    states[key] = {name: _weights_stay_arrays(getattr(callback, name, None)) for name in attributes}
+        return states
+
+    def _prepare_callbacks(self):
+        """Before any callback's on_train_begin, in a resumed run: CSVLogger appends to its file, cut back to
+        where it stood when the checkpoint was taken (the epochs after it are trained and logged again)."""
+        saved = (self.restored.state.get("callbacks") or {}) if self.restored is not None else None
+        if saved is None:
+            return
+        for key, callback in self._other_callbacks():
+            if isinstance(callback, keras.callbacks.CSVLogger) and not _has_state_protocol(callback):
+                self._csv_appending.append((callback, callback.append))
+                callback.append = True
+                size = (saved.get(key) or {}).get("csv_bytes")
+                if size is not None and (_local_file_size(callback.filename) or 0) > size:
+                    os.truncate(callback.filename, size)
+
+    def _restore_callback_states(self):
+        """After every callback's on_train_begin (which resets what they keep): set their saved state."""
+        saved = (self.restored.state.get("callbacks") or {}) if self.restored is not None else {}
+        for key, callback in self._other_callbacks():
+            if key not in saved:
+                continue
+            if _has_state_protocol(callback):
+                callback.set_state(saved[key])
+            elif not isinstance(callback, keras.callbacks.CSVLogger):
+                for name in _builtin_state(callback) or ():
+                    if name in saved[key]:
+                        setattr(callback, name, saved[key][name])
+
+    def _restore_callback_settings(self):
+        for callback, append in self._csv_appending:
+            callback.append = append
+        self._csv_appending = []
+
+    # -- the fit() this callback runs in ------------------------------------------------------------------
+    def set_model(self, model):
+        super().set_model(model)
+        frame = sys._getframe(1)
+        if self._running:
+            if self._fit_frame not in (None, _FIT_FRAME_UNKNOWN) and self._fit_running(frame):
+                return   # a CallbackList made inside this fit() (an evaluate() of another callback's)
+            self._left_by_exception(None)   # that fit() ended by an exception no hook saw
+        caller = frame.f_locals.get("self")
+        found = isinstance(caller, keras.callbacks.CallbackList) and any(c is self for c in caller.callbacks)
+        self._hook_callback_list(caller if found else None)
+
+    def _hook_callback_list(self, callbacks):
+        """Hook the CallbackList that fit() made (it calls set_model on each callback), for that fit() only:
+        the restore runs before every callback's on_train_begin and the callbacks' state is set after them
+        all; the saves at a batch's or an epoch's end run after every callback's hook, wherever AutoResume is
+        in the list (so a learning rate that ReduceLROnPlateau lowers at an epoch's end is in that epoch's
+        checkpoint); an exception leaving any hook commits the last save before it goes on. Keras calls no
+        callback when fit() is left by an exception: these hooks, and the train function's, are where
+        AutoResume sees it."""
+        self._unhook_callback_list()
+        self._hooked_run = False
+        if callbacks is None:
+            return
+        for name in _LIST_HOOKS:
+            inner = callbacks.__dict__.get(name)
+            if getattr(inner, "_colabkit_owner", None) is self:   # left by a fit() with this list before
+                inner = inner._colabkit_inner
+            call = inner if inner is not None else getattr(type(callbacks), name).__get__(callbacks)
+            hook = functools.partial(self._around, name, call)
+            hook._colabkit_owner, hook._colabkit_inner = self, inner
+            setattr(callbacks, name, hook)
+        self._callback_list = callbacks
+
+    def _unhook_callback_list(self):
+        callbacks, self._callback_list = self._callback_list, None
+        if callbacks is None:
+            return
+        for name in _LIST_HOOKS:
+            hook = callbacks.__dict__.get(name)
+            if getattr(hook, "_colabkit_owner", None) is self:
+                if hook._colabkit_inner is None:
+                    delattr(callbacks, name)
+                else:
+                    setattr(callbacks, name, hook._colabkit_inner)
+
+    def _around(self, name, call, *args, **kwargs):
+        """One CallbackList method, with AutoResume's part before or after every callback's."""
+        try:
+            if name == "on_train_begin":
+                self._hooked_run = True
+                self._direct(self.on_train_begin, *args, **kwargs)
+                call(*args, **kwargs)
+                self._restore_callback_states()
+            elif name == "on_train_end":
+                self._direct(self.on_train_end, *args, **kwargs)
+                try:
+                    call(*args, **kwargs)
+                finally:
+                    self._hooked_run = False
+                    self._unhook_callback_list()
+                self._deliver_interrupt()
+            elif name == "on_train_batch_begin":
+                if self._skip_calls <= 0:
+                    call(*args, **kwargs)   # not for a batch skipped to reach the resume position (see below)
+            elif name in ("on_train_batch_end", "on_epoch_end"):
+                # a batch skipped to reach the resume position was trained, and seen by the other callbacks,
+                # before the interruption: their state in the checkpoint counts it already
+                if name == "on_epoch_end" or not self._last_call_skipped:
+                    call(*args, **kwargs)
+                callbacks = self._callback_list
+                if callbacks is not None and getattr(callbacks, "_async_train", False):
+                    callbacks._flush_futures()   # every callback's hook has run before the save
+                self._direct(getattr(self, name), *args, **kwargs)
+            elif name == "on_epoch_begin":
+                call(*args, **kwargs)
+                plan, self._reapply = self._reapply, None
+                if plan is not None:
+                    self._assign(plan)
+                    self._restore_callback_states()
+            else:
+                call(*args, **kwargs)
+        except BaseException as exc:
+            self._left_by_exception(exc)
+            raise
+
+    def _direct(self, method, *args, **kwargs):
+        self._in_hook = True
+        try:
+            return method(*args, **kwargs)
+        finally:
+            self._in_hook = False
+
+    def _deferred(self) -> bool:
+        """True when the CallbackList calls one of AutoResume's hooks that _around calls at its own time."""
+        return self._hooked_run and not self._in_hook
+
+    def _left_by_exception(self, exc):
+        """fit() is being left by ``exc`` (from a callback, the train function, or AutoResume itself; None:
+        it was, unseen, and the next fit() begins): commit the last save (bounded wait), then undo what this
+        fit() set up, as on_train_end would."""
+        running, self._running = self._running, False
+        self._hooked_run = False
+        self._unhook_callback_list()
+        if not running:
+            return
+        try:
+            self._skip_calls = 0
+            self.model._initial_epoch = None
+            if self._original_train_function is not None:
+                self.model.train_function = self._original_train_function
+                self._original_train_function = None
+            self._restore_callback_settings()
+            if isinstance(exc, Exception) and self._saved_in_run and self._stopped_for is None:
+                committed = self.checkpoints.wait(self._final_wait_s())
+                pending = self.checkpoints.status.last_error or "the upload is still running"
+                where = (f"is committed to {self.directory}" if committed else
+                         f"is not on {self.directory} yet ({pending}); it stays on local disk")
+                self._event("error", f"fit() left by {type(exc).__name__}")
+                self._say(f"training stopped by {type(exc).__name__}: the last checkpoint (step "
+                          f"{self._last_saved_step}) {where}")
+            if self.checkpoints.wait(0):
+                self.checkpoints.release()
+        finally:
+            self._restore_signal_handlers()
+
+    def _guard_train_function(self):
+        """Wrap this fit()'s train function (around the resume wrapper) so that an exception that ends fit()
+        (not the end of an epoch of unknown length, which Keras catches) commits the last save first."""
+        inner = self.model.train_function
+        tf = sys.modules.get("tensorflow")
+        end_of_data = (StopIteration,) + ((tf.errors.OutOfRangeError,) if tf is not None else ())
+
+        def train_function(iterator):
+            try:
+                return inner(iterator)
+            except end_of_data:
+                raise
+            except Exception as exc:
+                if self._running and self._fit_running(sys._getframe(1)):
+                    self._left_by_exception(exc)
+                raise
+
+        train_function._colabkit_original = getattr(inner, "_colabkit_original", inner)
+        self.model.train_function = train_function
+
     # -- restore -------------------------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
+        if self._deferred():
+            return
+        if self._checkpoints_closed:   # delete_checkpoint ended the previous fit(): a new run starts here
+            self.checkpoints = Checkpoints(self.directory, **self._checkpoint_args)
+            self._checkpoints_closed = False
         self._reset_run_state()
+        self._running, self._layout = True, None
         if not self.model.built:
             raise ValueError("To use the AutoResume callback, your model must be built before you call `fit()`. "
                              f"Model {self.model} is unbuilt. You can build it beforehand by calling it on a "
@@ -161,6 +448,8 @@ class AutoResume(keras.callbacks.Callback):
             self.checkpoints.claim()   # another run writing this folder is an error now, not a mix-up later
             self._state_nbytes = self._buffers.prefill([v for group in self._variables() for v in group])
             self._restore_and_position()
+            self._guard_train_function()
+            self._prepare_callbacks()
         except BaseException:
             self._restore_signal_handlers()   # fit() is left with an exception: on_train_end will not run
             raise
@@ -172,7 +461,7 @@ class AutoResume(keras.callbacks.Callback):
             self._wrap_train_function(0)
             self._event("start", "no checkpoint found; training from scratch")
             return
-        self._apply(restored)
+        plan = self._apply(restored)
         self._step = restored.step
         epoch, batch = restored.epoch or 0, restored.batch or 0
         self._last_saved_position = (epoch, batch)
@@ -183,6 +472,10 @@ class AutoResume(keras.callbacks.Callback):
         self.model._initial_epoch = epoch
         self._epoch = epoch
         self._wrap_train_function(batch)
+        # a mid-epoch resume: the resumed epoch's on_epoch_begin runs again, after the restore; what other
+        # callbacks change there (LearningRateScheduler's relative schedule, a draw from an RNG) was already in
+        # the checkpoint, so the checkpoint is applied again after them (see _around)
+        self._reapply = plan if batch else None
         where = f"epoch {epoch}" + (f", batch {batch}" if batch else "")
         self._event("restore", f"step {restored.step} ({where}) from {restored.source}")
         origin = (f"shared checkpoint {self.checkpoints.resume_from}" if restored.source == "link"
@@ -193,30 +486,110 @@ class AutoResume(keras.callbacks.Callback):
         """Check every saved array against the live variables first, then assign: nothing is overwritten
         when the checkpoint does not fit."""
         state = restored.state
-        groups = zip(("model", "optimizer", "metrics"), self._variables())
-        plan = []
-        for group, variables in groups:
-            saved, names = state.get(group) or [], state.get(f"{group}_paths") or []
-            if group == "metrics" and len(saved) != len(variables):
-                continue  # metrics differ (e.g. compile() changed); they only affect logs of the resumed epoch
-            if len(saved) != len(variables):
-                raise CheckpointError(
-                    f"The checkpoint at step {restored.step} in {self.directory} does not fit this model: it holds "
-                    f"{len(saved)} {group} variables, the model has {len(variables)}. Resume with the same "
-                    f"architecture, or use a new directory to start over. Nothing was changed.")
-            for i, (variable, value) in enumerate(zip(variables, saved)):
-                if tuple(variable.shape) != tuple(value.shape):
-                    saved_name = names[i] if i < len(names) else f"#{i}"
-                    raise CheckpointError(
-                        f"The checkpoint at step {restored.step} in {self.directory} does not fit this model: "
-                        f"{group} variable '{variable.path}' has shape {tuple(variable.shape)}, the checkpoint's "
-                        f"'{saved_name}' has shape {tuple(value.shape)}. Resume with the same architecture, or "
-                        f"use a new directory to start over. Nothing was changed.")
-                plan.append((variable, value))
+        if state.get("layout") != _LAYOUT:
+            plan = self._plan_positional(restored)   # written by an earlier colabkit
+        else:
+            self._build_compiled_metrics(restored)
+            self._build_optimizers(restored, state.get("optimizer_builds") or {})
+            plan = self._plan_by_path(restored)
+        self._assign(plan)
+        return plan
+
+    def _assign(self, plan):
         for variable, value in plan:
             variable.assign(value)
+        state = self.restored.state
         if state.get("rng"):
             self._set_rng_state(state["rng"])
+
+    def _does_not_fit(self, restored, detail: str) -> CheckpointError:
+        return CheckpointError(f"The checkpoint at step {restored.step} in {self.directory} does not fit this model: "
+                               f"{detail}. Resume with the same architecture, or use a new directory to start over. "
+                               f"Nothing was changed.")
+
+    def _check_shape(self, restored, group, variable, value, saved_name):
+        if tuple(variable.shape) != tuple(value.shape):
+            raise self._does_not_fit(restored, f"{group} variable '{variable.path}' has shape "
+                                               f"{tuple(variable.shape)}, the checkpoint's '{saved_name}' has shape "
+                                               f"{tuple(value.shape)}")
+
+    def _plan_by_path(self, restored) -> list:
+        """(variable, value) for every saved variable, each matched to the live one at the same path."""
+        state, plan = restored.state, []
+        self._layout = None
+        for group, variables in zip(_GROUPS, self._variables()):
+            saved, names = state.get(group) or [], state.get(f"{group}_paths") or []
+            live = dict(zip(self._paths_of(variables), variables))
+            if set(names) != set(live) or len(names) != len(saved):
+                if group == "metrics":
+                    continue  # metrics differ (e.g. compile() changed); they only affect logs of the resumed epoch
+                missing = [n for n in names if n not in live]
+                extra = [path for path in live if path not in set(names)]
+                where = (f"the checkpoint's '{missing[0]}' is not in this model" if missing else
+                         f"this model's '{extra[0]}' ({live[extra[0]].path}) is not in the checkpoint")
+                raise self._does_not_fit(restored, f"it holds {len(saved)} {group} variables, the model has "
+                                                   f"{len(variables)} ({where})")
+            for name, value in zip(names, saved):
+                self._check_shape(restored, group, live[name], value, name)
+                plan.append((live[name], value))
+        return plan
+
+    def _plan_positional(self, restored) -> list:
+        """Checkpoints of earlier colabkit versions (no "layout" entry) hold model.variables,
+        model.optimizer.variables and metrics_variables, in that order."""
+        state, model, plan = restored.state, self.model, []
+        groups = (list(model.variables), list(model.optimizer.variables) if model.optimizer is not None else [],
+                  list(getattr(model, "metrics_variables", [])))
+        for group, variables in zip(_GROUPS, groups):
+            saved, names = state.get(group) or [], state.get(f"{group}_paths") or []
+            if group == "metrics" and len(saved) != len(variables):
+                continue
+            if len(saved) != len(variables):
+                raise self._does_not_fit(restored, f"it holds {len(saved)} {group} variables, the model has "
+                                                   f"{len(variables)}")
+            for i, (variable, value) in enumerate(zip(variables, saved)):
+                self._check_shape(restored, group, variable, value, names[i] if i < len(names) else f"#{i}")
+                plan.append((variable, value))
+        return plan
+
+    def _build_compiled_metrics(self, restored):
+        """Keras on TensorFlow builds compile()'s metrics (and its loss) in the first train step, after the
+        restore: build them now, the way Keras does under a distribution strategy (symbolically, from the
+        input's element spec), so their state can be assigned. Without it the resumed epoch's metrics would
+        count only the batches after the resume."""
+        model = self.model
+        if all(getattr(getattr(model, name, None), "built", True) for name in ("_compile_metrics", "_compile_loss")):
+            return
+        saved = set(restored.state.get("metrics_paths") or [])
+        if not saved - set(self._paths_of(self._variables()[2])):
+            return
+        fit_frame = self._fit_frame if self._fit_frame is not _FIT_FRAME_UNKNOWN else None
+        iterator = fit_frame.f_locals.get("epoch_iterator") if fit_frame is not None else None
+        spec = getattr(getattr(iterator, "_distributed_dataset", None), "element_spec", None)
+        if spec is None or not hasattr(model, "_symbolic_build"):
+            return
+        try:
+            model._symbolic_build(data_batch=spec)
+        except Exception as exc:   # the metrics of the resumed epoch then start from zero, as before
+            log.info("colabkit: cannot build the compiled metrics before the first step (%s); the resumed "
+                     "epoch's metrics count from the resume on", exc)
+        self._layout = None
+
+    def _build_optimizers(self, restored, builds: dict):
+        """Build the optimizers that were built in the saved run but are not yet (they build lazily, in their
+        first apply), for the same variables in the same order, so their state can be assigned."""
+        self._layout = None
+        self._variables()
+        layout = self._layout
+        for path, optimizer in layout.optimizers:
+            if getattr(optimizer, "built", True) or path not in builds:
+                continue
+            built_for = [layout.by_path.get(p) for p in builds[path]]
+            if any(v is None for v in built_for):
+                lost = next(p for p, v in zip(builds[path], built_for) if v is None)
+                raise self._does_not_fit(restored, f"optimizer '{path}' was built for variable '{lost}', which "
+                                                   f"this model does not have")
+            optimizer.build(built_for)
 
     def _input_positionable(self) -> bool:
         """True when fit()'s input restarts from its first batch each epoch (arrays, finite datasets)."""
@@ -265,13 +638,18 @@ class AutoResume(keras.callbacks.Callback):
         self._last_batch_seen = -1
 
     def on_train_batch_end(self, batch, logs=None):
-        new = batch + 1 if batch <= self._last_batch_seen else batch - self._last_batch_seen
+        if self._deferred():
+            return
+        steps = (self.params or {}).get("steps")
+        # Keras reports an execution's last batch as if it were full (steps_per_execution > 1): an epoch's
+        # last execution can hold fewer batches
+        end = min(batch + 1, steps) if steps else batch + 1
+        new = end if batch <= self._last_batch_seen else end - (self._last_batch_seen + 1)
         self._last_batch_seen = batch
         if self._last_call_skipped:
             return  # a batch skipped to reach the resume position; it was trained before the interruption
         self._step += new
         self._batches_since_save += new
-        steps = (self.params or {}).get("steps")
         # after an epoch's last batch the position is the next epoch's start: a resume then has no batch
         # left to skip in an epoch that would otherwise end without a single trained step
         position = (self._epoch + 1, 0) if steps and batch + 1 >= steps else (self._epoch, batch + 1)
@@ -289,12 +667,15 @@ class AutoResume(keras.callbacks.Callback):
                            event="deadline-save")
                 self._say(f"saved step {self._step} before {deadline.reason}; training continues")
             return
-        if isinstance(self.save_freq, int) and self._batches_since_save >= self.save_freq:
+        if self.save_freq is not False and isinstance(self.save_freq, int) and \
+                self._batches_since_save >= self.save_freq:
             self._save(position, reason="save_freq")
         elif self.every and time.time() - self._last_save_time >= self.every:
             self._save(position, reason="every")
 
     def on_epoch_end(self, epoch, logs=None):
+        if self._deferred():
+            return
         self._skip_calls = 0   # a shorter resumed epoch than the saved position must not skip the next one
         steps = (self.params or {}).get("steps")
         if steps and self._last_batch_seen + 1 < steps:   # another callback stopped training mid-epoch
@@ -305,11 +686,15 @@ class AutoResume(keras.callbacks.Callback):
             self._save(self._end_position, reason="epoch")
 
     def on_train_end(self, logs=None):
+        if self._deferred():
+            return
+        self._running = False
         self.model._initial_epoch = None  # fit() read it already; a later fit() without us starts as asked
         try:
             if self._original_train_function is not None:
                 self.model.train_function = self._original_train_function
                 self._original_train_function = None
+            self._restore_callback_settings()
             end = self._end_position or (self._epoch, 0)
             if self._stopped_for is None:
                 if self._last_saved_position != end:
@@ -317,8 +702,9 @@ class AutoResume(keras.callbacks.Callback):
                 if not self.checkpoints.wait(self._final_wait_s()):
                     self._say(f"the final checkpoint (step {self._step}) is not on {self.directory} yet: "
                               f"{self._saved_where(False)}")
-            if self._stopped_for is None and self.delete_checkpoint and not self.model.stop_training:
+            if self._stopped_for is None and self.delete_checkpoint:   # as BackupAndRestore: training finished
                 self.checkpoints.close()
+                self._checkpoints_closed = True
                 from .checkpoints.storage import remove_tree
                 destination = self.checkpoints.destination
                 if isinstance(destination, os.PathLike):
@@ -330,6 +716,12 @@ class AutoResume(keras.callbacks.Callback):
                 self.checkpoints.release()
         finally:
             self._restore_signal_handlers()
+        if not self._hooked_run:
+            self._deliver_interrupt()
+
+    def _deliver_interrupt(self):
+        """After every callback's on_train_end: pass on the signal that stopped training, now that the
+        checkpoint is safe."""
         if self._interrupt == "SIGTERM":
             signal.raise_signal(signal.SIGTERM)   # deliver it now that the checkpoint is safe
         elif self._interrupt == "SIGINT":
@@ -349,14 +741,15 @@ class AutoResume(keras.callbacks.Callback):
         arrays = iter(buffers)
         copy = lambda variables: [_copy_into(next(arrays), v) for v in variables]  # noqa: E731
         state = {
-            "model": copy(model_vars), "model_paths": [v.path for v in model_vars],
-            "optimizer": copy(opt_vars), "optimizer_paths": [v.path for v in opt_vars],
-            "metrics": copy(metric_vars), "metrics_paths": [v.path for v in metric_vars],
-            "rng": self._rng_state(),
+            "model": copy(model_vars), "model_paths": self._paths_of(model_vars),
+            "optimizer": copy(opt_vars), "optimizer_paths": self._paths_of(opt_vars),
+            "metrics": copy(metric_vars), "metrics_paths": self._paths_of(metric_vars),
+            "rng": self._rng_state(), "layout": _LAYOUT, "optimizer_builds": self._optimizer_builds(),
+            "callbacks": self._callback_states(),
         }
         ok = self.checkpoints.save(self._step, state, epoch=epoch, batch=batch, wait=wait, _copy_arrays=False,
                                    info={"reason": reason}, _release=lambda: self._buffers.give_back(buffers))
-        self._last_saved_position = position
+        self._last_saved_position, self._saved_in_run, self._last_saved_step = position, True, self._step
         self._batches_since_save, self._last_save_time = 0, time.time()
         self._event(event, f"step {self._step} (epoch {epoch}, batch {batch}, {reason})")
         return ok
@@ -526,3 +919,164 @@ def _python_rng_to_json(state):
 
 def _python_rng_from_json(data):
     return (data["version"], tuple(int(x) for x in data["internal"]), data["gauss"])
+
+
+def _names_no_folder(directory) -> bool:
+    """True for what BackupAndRestore rejects as an empty `backup_dir` (None, ""), and for what only looks like
+    a folder: Path("") is Path("."), the current folder, which is no folder of a run's own."""
+    if directory is None:
+        return True
+    if isinstance(directory, (str, os.PathLike)):
+        text = os.fspath(directory)
+        return not isinstance(text, str) or not text.strip() or os.path.normpath(text.strip()) == "."
+    return not directory
+
+
+class _StateLayout:
+    """Every variable of a model's training state, each with a path that says where it sits, found the way
+    Keras' own save_weights() finds what it saves: by walking the model's attributes (optimizers and metrics
+    in attributes, lists and dicts, layers, a LossScaleOptimizer's inner optimizer), plus seed generators.
+
+    Paths are made of attribute names and, inside lists and dicts, of snake-cased class names numbered in
+    order (as Keras names them in a .weights.h5 file), never of layer or variable names: those carry global
+    counters (dense_3) that change when a notebook cell builds the model again. The same code therefore finds
+    each variable at the same path, in another process as in the same one."""
+
+    def __init__(self, model):
+        self.model = model
+        self.paths = {}        # id(variable) -> path
+        self.by_path = {}      # path -> variable
+        self.optimizers = []   # (path, optimizer), outer ones first
+        self.groups = ([], [], [])
+        self._seen = set()
+        self._visit(model, "")
+        # anything Keras lists that the walk did not reach (the lists the model itself offers)
+        optimizer = getattr(model, "optimizer", None)
+        for group, where, variables in ((0, "variables", model.variables),
+                                        (1, "optimizer.variables", optimizer.variables if optimizer else []),
+                                        (2, "metrics_variables", getattr(model, "metrics_variables", []))):
+            for i, variable in enumerate(variables):
+                self._add(f"{where}/{i}", variable, group)
+        self._sizes = self._count()
+
+    def changed(self) -> bool:
+        """Whether variables appeared since (an optimizer builds in its first apply)."""
+        return self._count() != self._sizes
+
+    def _count(self):
+        return tuple(len(o.variables) for _, o in self.optimizers) + (
+            len(self.model.variables), len(getattr(self.model, "metrics_variables", ())))
+
+    def _add(self, path, variable, group):
+        if id(variable) not in self.paths:
+            self.paths[id(variable)] = path
+            self.by_path[path] = variable
+            self.groups[group].append(variable)
+
+    def _visit(self, obj, path):
+        if id(obj) in self._seen:
+            return
+        self._seen.add(id(obj))
+        if isinstance(obj, keras.optimizers.Optimizer):
+            self.optimizers.append((path, obj))
+            own, group = obj.variables, 1
+        elif isinstance(obj, keras.metrics.Metric):
+            own, group = obj.variables, 2
+        elif isinstance(obj, keras.layers.Layer):
+            own = list(getattr(obj, "_trainable_variables", [])) + list(getattr(obj, "_non_trainable_variables", []))
+            own += [g.state for g in getattr(obj, "_seed_generators", [])]
+            group = 0
+        else:
+            own, group = [], 0
+        for i, variable in enumerate(own):
+            self._add(f"{path}/vars/{i}" if path else f"vars/{i}", variable, group)
+        for attr, child in _children(obj):
+            self._visit_child(child, f"{path}/{attr}" if path else attr)
+
+    def _visit_child(self, child, path):
+        if isinstance(child, _SEED_GENERATOR):
+            self._add(f"{path}/state", child.state, 0)
+        elif _is_saveable(child):
+            self._visit(child, path)
+        elif isinstance(child, (list, tuple, dict)) and id(child) not in self._seen:
+            self._seen.add(id(child))
+            used = {}
+            for item in (child.values() if isinstance(child, dict) else child):
+                if isinstance(item, _SEED_GENERATOR) or _is_saveable(item):
+                    name = _snake_case(type(item).__name__)
+                elif isinstance(item, (list, tuple, dict)):
+                    name = "container"
+                else:
+                    continue
+                used[name] = used.get(name, -1) + 1
+                self._visit_child(item, f"{path}/{name}" if not used[name] else f"{path}/{name}_{used[name]}")
+
+
+_SEED_GENERATOR = keras.random.SeedGenerator
+
+
+def _is_saveable(obj) -> bool:
+    try:
+        from keras.src.saving.keras_saveable import KerasSaveable
+    except ImportError:  # pragma: no cover - other Keras layouts
+        return isinstance(obj, (keras.layers.Layer, keras.optimizers.Optimizer, keras.metrics.Metric))
+    return isinstance(obj, KerasSaveable)
+
+
+def _children(obj):
+    """(attribute, value) pairs Keras' saving walks for ``obj`` (its own walker when available)."""
+    try:
+        from keras.src.saving.saving_lib import _walk_saveable
+    except ImportError:  # pragma: no cover - other Keras layouts
+        return sorted((k, v) for k, v in vars(obj).items() if not k.startswith("__"))
+    try:
+        return list(_walk_saveable(obj))
+    except Exception:  # an object type Keras' walker does not know: its own variables were taken already
+        return []
+
+
+def _snake_case(name: str) -> str:
+    try:
+        from keras.src.utils.naming import to_snake_case
+    except ImportError:  # pragma: no cover - other Keras layouts
+        import re
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return to_snake_case(name)
+
+
+def _has_state_protocol(callback) -> bool:
+    return callable(getattr(callback, "get_state", None)) and callable(getattr(callback, "set_state", None))
+
+
+def _builtin_state(callback):
+    for name, attributes in _CALLBACK_STATE:
+        cls = getattr(keras.callbacks, name, None)
+        if cls is not None and isinstance(callback, cls):
+            return attributes
+    return None
+
+
+def _detached(value):
+    """A copy of a get_state() value that the callback cannot change later (the save is written in the
+    background): containers and arrays are copied."""
+    if isinstance(value, dict):
+        return {key: _detached(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_detached(item) for item in value]
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not isinstance(value, (str, bytes))):
+        return np.array(value, copy=True)
+    return value
+
+
+def _weights_stay_arrays(value):
+    """get_weights() gives a 0-d variable as a NumPy scalar, which a checkpoint would store as a number."""
+    if isinstance(value, list):
+        return [np.asarray(item) if isinstance(item, np.generic) else item for item in value]
+    return value
+
+
+def _local_file_size(filename):
+    try:
+        return os.path.getsize(filename)
+    except (OSError, TypeError, ValueError):   # not written yet, or not a local file (gs://...)
+        return None

@@ -123,7 +123,7 @@ def test_invalid_arguments_raise_value_error_naming_forms(tmp_path, ck_env, kwar
 
 @pytest.mark.parametrize("directory", ["", None])
 def test_empty_directory_matches_backup_and_restore(ck_env, directory):
-    with pytest.raises(ValueError, match="Empty `directory`"):
+    with pytest.raises(ValueError, match="Empty `backup_dir` argument passed"):
         colabkit.keras.AutoResume(directory)
     with pytest.raises(ValueError):
         keras.callbacks.BackupAndRestore(directory)
@@ -242,3 +242,294 @@ def test_final_save_is_bounded_when_the_destination_stays_down(tmp_path, ck_env,
     out = capsys.readouterr().out
     assert "is not on" in out and "kept on local disk" in out
     assert auto.checkpoints.status.last_local.step == 12
+
+
+def _restored_into_fresh_model(dest, epochs, callbacks=()):
+    """A model built afresh (other weights) that restores ``dest``'s newest checkpoint and trains nothing more
+    (its fit() asks for the epochs the checkpoint has already reached)."""
+    model, _ = workers.build_model(keras, seed=99)
+    auto = fit(model, dest, epochs=epochs, callbacks=callbacks)
+    return model, auto
+
+
+def test_epoch_end_checkpoint_is_taken_after_the_callbacks_listed_after_autoresume(tmp_path, ck_env):
+    """ReduceLROnPlateau after AutoResume halves the learning rate at the end of epochs 1 and 2 (an improvement
+    under 10 is none): the last checkpoint holds 0.0025 and the plateau counters, not 0.005."""
+    def plateau():
+        return keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=1, min_delta=10.0)
+
+    model, _ = workers.build_model(keras)
+    x, y = workers.data(np)
+    auto = colabkit.keras.AutoResume(str(tmp_path / "run"), deadline=None)
+    reduce_lr = plateau()
+    model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=[auto, reduce_lr])
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.0025)
+    assert CheckpointFolder(tmp_path / "run").committed()[-1].step == 36
+    restored_plateau = plateau()
+    fresh, auto = _restored_into_fresh_model(tmp_path / "run", epochs=3, callbacks=[restored_plateau])
+    assert auto.restored.step == 36
+    assert float(fresh.optimizer.learning_rate) == pytest.approx(0.0025)
+    for got, want in zip([*fresh.variables, *fresh.optimizer.variables],
+                         [*model.variables, *model.optimizer.variables]):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for name in ("wait", "best", "cooldown_counter"):
+        assert getattr(restored_plateau, name) == getattr(reduce_lr, name), name
+
+
+class _Counting(keras.callbacks.Callback):
+    """A user callback with state of its own (the documented protocol): batches seen and the losses."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen, self.losses = 0, []
+
+    def on_train_begin(self, logs=None):
+        self.seen, self.losses = 0, []   # Keras' callbacks reset at train begin too; set_state comes after
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        self.losses.append(float(logs["loss"]))
+
+    def get_state(self):
+        return {"seen": self.seen, "losses": np.asarray(self.losses, dtype="float64")}
+
+    def set_state(self, state):
+        self.seen, self.losses = state["seen"], [float(v) for v in state["losses"]]
+
+
+class _StepsOnlyTensorBoard(keras.callbacks.TensorBoard):
+    """Keras' TensorBoard, counting its steps (on_train_batch_begin) but writing no scalars: tf.summary.scalar
+    needs the tensorboard package, which the test environment does not have."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        pass
+
+    def on_epoch_end(self, epoch, logs=None):
+        pass
+
+
+def test_callback_state_protocol_and_keras_callbacks_carry_on_after_a_resume(tmp_path, ck_env):
+    def callbacks(root):
+        return [_Counting(), keras.callbacks.ModelCheckpoint(str(root / "best.keras"), monitor="loss",
+                                                             save_best_only=True),
+                _StepsOnlyTensorBoard(str(root / "tb"))]
+
+    ref_model, _ = workers.build_model(keras)
+    reference = callbacks(tmp_path / "ref")
+    fit(ref_model, tmp_path / "ref", epochs=3, callbacks=reference)
+    model, _ = workers.build_model(keras)
+    with pytest.raises(KeyboardInterrupt):
+        fit(model, tmp_path / "run", epochs=3, callbacks=[InterruptAt(17), *callbacks(tmp_path / "cut")])
+    model, _ = workers.build_model(keras, seed=5)
+    resumed = callbacks(tmp_path / "resumed")
+    auto = fit(model, tmp_path / "run", epochs=3, callbacks=resumed)
+    assert auto.restored.step == 17
+    assert resumed[0].seen == reference[0].seen == 36
+    np.testing.assert_array_equal(resumed[0].losses, reference[0].losses)
+    assert resumed[1].best == reference[1].best    # ModelCheckpoint: best loss so far, across the resume
+    assert resumed[2]._global_train_batch == reference[2]._global_train_batch == 36   # TensorBoard's step
+
+
+def test_mid_epoch_resume_with_a_relative_learning_rate_schedule_equals_the_uninterrupted_run(tmp_path, ck_env):
+    """The resumed epoch's on_epoch_begin runs again in the resumed fit(): LearningRateScheduler must not halve
+    the learning rate of that epoch twice, and the epoch's metrics go on from the checkpoint."""
+    def halve():
+        return keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr * 0.5 if epoch else lr)
+
+    ref_model, _ = workers.build_model(keras)
+    fit(ref_model, tmp_path / "ref", epochs=3, callbacks=[halve()])
+    model, _ = workers.build_model(keras)
+    with pytest.raises(KeyboardInterrupt):
+        fit(model, tmp_path / "run", epochs=3, callbacks=[InterruptAt(29), halve()])   # epoch 2, batch 5
+    model, _ = workers.build_model(keras, seed=5)
+    auto = fit(model, tmp_path / "run", epochs=3, callbacks=[halve()])
+    assert auto.restored.step == 29
+    assert float(model.optimizer.learning_rate) == float(ref_model.optimizer.learning_rate) == pytest.approx(0.0025)
+    for got, want in zip([*model.variables, *model.optimizer.variables, *model.metrics_variables],
+                         [*ref_model.variables, *ref_model.optimizer.variables, *ref_model.metrics_variables]):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_csv_logger_appends_on_resume_from_where_the_checkpoint_was(tmp_path, ck_env):
+    """A callback after CSVLogger fails at epoch 2's end: the CSV already has epoch 2's row, the checkpoint is
+    epoch 1's end. The resumed run cuts that row and appends: every epoch once, one header."""
+    class FailOnce(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 2:
+                raise RuntimeError("a callback failed")
+
+    csv = tmp_path / "log.csv"
+    ref_csv = tmp_path / "ref.csv"
+    fit(workers.build_model(keras)[0], tmp_path / "ref", epochs=4, callbacks=[keras.callbacks.CSVLogger(str(ref_csv))])
+    model, _ = workers.build_model(keras)
+    with pytest.raises(RuntimeError, match="a callback failed"):
+        fit(model, tmp_path / "run", epochs=4, callbacks=[keras.callbacks.CSVLogger(str(csv)), FailOnce()])
+    assert [line.split(",")[0] for line in csv.read_text().splitlines()] == ["epoch", "0", "1", "2"]
+    logger = keras.callbacks.CSVLogger(str(csv))
+    auto = fit(workers.build_model(keras, seed=5)[0], tmp_path / "run", epochs=4, callbacks=[logger])
+    assert auto.restored.step == 24 and logger.append is False   # the user's setting is back after fit()
+    assert csv.read_text() == ref_csv.read_text()
+
+
+def test_backup_and_restore_arguments_are_accepted_with_their_meaning(tmp_path, ck_env):
+    from pathlib import Path
+    auto = colabkit.keras.AutoResume(backup_dir=str(tmp_path / "a"), double_checkpoint=True, keep=1, deadline=None)
+    assert auto.directory == str(tmp_path / "a") and auto.checkpoints.keep == 2   # the previous one stays
+    with pytest.raises(TypeError, match="backup_dir"):
+        colabkit.keras.AutoResume(str(tmp_path / "a"), backup_dir=str(tmp_path / "b"))
+    for empty in ("", None, Path(""), "  "):
+        with pytest.raises(ValueError, match="Empty `backup_dir` argument passed"):
+            colabkit.keras.AutoResume(empty)
+        with pytest.raises(ValueError, match="Empty `backup_dir` argument passed"):
+            colabkit.keras.AutoResume(backup_dir=empty) if empty is not None else colabkit.keras.AutoResume()
+    # save_freq=False: no periodic saves, only the final one (and those for signals, deadlines, `every`)
+    model, _ = workers.build_model(keras)
+    fit(model, tmp_path / "nofreq", epochs=3, save_freq=False)
+    assert [c.step for c in CheckpointFolder(tmp_path / "nofreq").committed()] == [36]
+
+
+def test_the_callback_can_be_reused_across_fits_also_after_delete_checkpoint(tmp_path, ck_env):
+    x, y = workers.data(np)
+    model, counter = workers.build_model(keras)
+    auto = colabkit.keras.AutoResume(str(tmp_path / "run"), deadline=None, delete_checkpoint=True)
+    for _ in range(2):
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto])
+        assert not (tmp_path / "run").exists()
+        assert auto.restored is None   # each fit() started a run of its own, as with BackupAndRestore
+    assert int(counter.count.numpy()) == 24
+    kept = colabkit.keras.AutoResume(str(tmp_path / "kept"), deadline=None)
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[kept])
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[kept])
+    assert kept.restored.step == 12 and int(counter.count.numpy()) == 24 + 12 + 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["callback", "input"])
+def test_an_exception_leaving_fit_commits_the_last_save_before_it_goes_on(tmp_path, ck_env, drive_mount_factory,
+                                                                         where, capsys):
+    """On a slow Drive-like mount (2 MB/s) a save of this model takes about a second to upload: when another
+    callback raises (or the input pipeline fails), the checkpoint of the batch before is on Drive already when
+    the exception reaches the notebook."""
+    mount = drive_mount_factory(rate=2e6)
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(384, activation="relu"),
+                              keras.layers.Dense(384), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")   # ~150k weights + Adam's moments: ~1.8 MB a checkpoint
+    x, y = workers.data(np)
+    auto = colabkit.keras.AutoResume(str(mount.my_drive / "run"), save_freq=1, deadline=None)
+
+    def batches():
+        for i in range(0, 96, 8):
+            if i == 24 and where == "input":
+                raise RuntimeError("the input pipeline broke")
+            yield x[i:i + 8], y[i:i + 8]
+
+    class Fails(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2 and where == "callback":
+                raise RuntimeError("another callback failed")
+
+    with pytest.raises(Exception, match="broke|failed"):
+        model.fit(batches(), steps_per_epoch=12, epochs=1, verbose=0, callbacks=[auto, Fails()])
+    committed = CheckpointFolder(mount.backing / "MyDrive" / "run").committed()
+    # the callback fails at the 3rd batch's end (its save does not happen); the input, fetching the 4th batch
+    assert [c.step for c in committed][-1:] == [2 if where == "callback" else 3]
+    assert "is committed to" in capsys.readouterr().out
+
+
+def _two_towers(keras):
+    """A model with optimizers in a list and in a dict (one a LossScaleOptimizer), a custom train_step, and
+    model.optimizer None."""
+    import tensorflow as tf
+
+    class Towers(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = keras.layers.Dense(4), keras.layers.Dense(4)
+            self.head = keras.layers.Dense(1)
+            self.opts = [keras.optimizers.Adam(1e-2), keras.optimizers.SGD(1e-2, momentum=0.9)]
+            self.by_name = {"head": keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-2))}
+
+        def call(self, x):
+            return self.head(self.a(x) + self.b(x))
+
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = keras.ops.mean((self(x) - y) ** 2)
+                scaled = self.by_name["head"].scale_loss(loss)
+            groups = [self.a.trainable_weights, self.b.trainable_weights, self.head.trainable_weights]
+            grads = tape.gradient(scaled, [v for g in groups for v in g])
+            scale = self.by_name["head"].scale_loss(1.0)
+            for opt, group in zip(self.opts, groups[:2]):
+                opt.apply([g / scale for g in grads[:len(group)]], group)
+                grads = grads[len(group):]
+            self.by_name["head"].apply(grads, groups[2])
+            return {"loss": loss}
+
+    keras.utils.set_random_seed(1)
+    model = Towers()
+    model.compile(optimizer=None)
+    model(np.zeros((1, 8), "float32"))
+    return model
+
+
+def _every_variable(model):
+    optimizers = [*model.opts, model.by_name["head"]]
+    return [v.numpy() for v in [*model.variables, *(v for o in optimizers for v in o.variables)]]
+
+
+def test_optimizers_in_lists_and_dicts_and_loss_scale_internals_resume_exactly(tmp_path, ck_env):
+    """Built again in the same process (its layers are dense_3, ... now, not dense): each variable still
+    finds its own, by where it sits in the model."""
+    reference = _two_towers(keras)
+    fit(reference, tmp_path / "ref", epochs=3)
+    model = _two_towers(keras)
+    with pytest.raises(KeyboardInterrupt):
+        fit(model, tmp_path / "run", epochs=3, callbacks=[InterruptAt(17)])
+    model = _two_towers(keras)
+    assert not model.opts[0].built   # it builds in its first apply; the resume must build it first
+    auto = fit(model, tmp_path / "run", epochs=3)
+    assert auto.restored.step == 17
+    want, got = _every_variable(reference), _every_variable(model)
+    assert len(got) == len(want) == 6 + 2 * (2 + 2 * 2) + (2 + 2 + 2 * 2)   # weights, Adam/SGD+momentum, LSO+Adam
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_checkpoint_of_the_earlier_layout_still_resumes(tmp_path, ck_env):
+    """Checkpoints written before variables were matched by path hold model.variables,
+    model.optimizer.variables and metrics_variables in order."""
+    model, _ = workers.build_model(keras)
+    fit(model, tmp_path / "scratch", epochs=1)
+    old = {group: [np.array(v.numpy()) for v in variables] for group, variables in
+           (("model", model.variables), ("optimizer", model.optimizer.variables),
+            ("metrics", model.metrics_variables))}
+    old.update({f"{group}_paths": [v.path for v in variables] for group, variables in
+                (("model", model.variables), ("optimizer", model.optimizer.variables),
+                 ("metrics", model.metrics_variables))})
+    with colabkit.Checkpoints(str(tmp_path / "old")) as checkpoints:
+        checkpoints.save(12, old, epoch=1, batch=0, wait=True)
+    fresh, _ = _restored_into_fresh_model(tmp_path / "old", epochs=1)
+    for got, want in zip(fresh.variables, model.variables):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_the_next_fit_works_after_one_left_by_an_exception_no_hook_sees(tmp_path, ck_env):
+    """Validation data that fails inside evaluate's test function: AutoResume learns that fit() is gone only
+    when the next fit() sets up its callbacks."""
+    x, y = workers.data(np)
+
+    def failing_validation():
+        yield x[:8], y[:8]
+        raise RuntimeError("the validation input broke")
+
+    model, counter = workers.build_model(keras)
+    auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=6, deadline=None)
+    with pytest.raises(Exception, match="validation input broke"):
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[auto],
+                  validation_data=failing_validation(), validation_steps=2)
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[auto])
+    assert auto.restored.step == 12 and int(counter.count.numpy()) == 24
+    assert CheckpointFolder(tmp_path / "run").committed()[-1].step == 24
+    assert getattr(model.train_function, "_colabkit_original", None) is None

@@ -81,10 +81,6 @@ class _Script(keras.callbacks.Callback):
         super().__init__()
         self.events = {(e, b): action for e, b, action in events}
         self.clock, self.epoch, self.step = clock, None, 0
-        self.train_function = None
-
-    def on_train_begin(self, logs=None):   # runs before AutoResume's (it comes first in the list)
-        self.train_function = self.model.train_function
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -120,15 +116,9 @@ def worker(mode, spec):
     clock = _Clock()
     auto = colabkit.keras.AutoResume(spec["dest"], deadline=clock, keep=20, verbose=1)
 
-    seen = {}
-
     def fit(events, epochs=3):
         args, kw = _fit_input(spec["kind"], x, y)
-        script = _Script(events, clock)
-        try:
-            model.fit(*args, epochs=epochs, shuffle=False, verbose=0, callbacks=[script, auto], **kw)
-        finally:
-            seen["train_function"] = script.train_function
+        model.fit(*args, epochs=epochs, shuffle=False, verbose=0, callbacks=[_Script(events, clock), auto], **kw)
 
     if mode == "train":       # fit with the scripted events; a SIGTERM ends this process
         try:
@@ -147,7 +137,9 @@ def worker(mode, spec):
             fit([[1, 2, "raise"]])
         except RuntimeError as exc:
             print(f"FIT FAILED {exc}", flush=True)
-        keras_train_function = seen["train_function"]   # Keras's own, before AutoResume wrapped it
+        # the exception leaving fit() went through AutoResume's hooks: Keras's own train function is back
+        keras_train_function = model.train_function
+        unwrapped = getattr(keras_train_function, "_colabkit_original", None) is None
         sig = getattr(signal, spec["signal"])
         try:
             signal.raise_signal(sig)   # the handler runs before raise_signal returns
@@ -160,7 +152,7 @@ def worker(mode, spec):
         except KeyboardInterrupt as exc:
             print(f"KEYBOARDINTERRUPT {exc}", flush=True)
         _result(handlers_after_signal=after_signal, handlers_restored=_handlers_are_the_originals(),
-                restored_step=auto.restored.step,
+                restored_step=auto.restored.step, unwrapped_after_failure=unwrapped,
                 train_function_restored=model.train_function is keras_train_function)
     elif mode == "double":    # a second SIGINT while the interrupt's final save runs
         save = auto.checkpoints.save
@@ -292,10 +284,10 @@ def test_sigint_after_fit_failed_in_another_callback_raises_and_the_next_fit_wor
     assert "KEYBOARDINTERRUPT after the failed fit" in out, "the handler left by the failed fit() swallowed SIGINT"
     # the second fit() with the same callback resumes from epoch 1's start, and its interrupt saves and raises
     assert "KEYBOARDINTERRUPT training interrupted; the last checkpoint was committed first" in out, _explain(proc)
-    # ... and it replaced the wrapper the failed fit() left on the model (not wrapping it), so Keras's own
-    # train function is back on the model after it
+    # ... Keras's own train function was put back when the exception left the first fit(), and again after
+    # the second
     assert _result_of(proc) == {"handlers_after_signal": True, "handlers_restored": True, "restored_step": BATCHES,
-                                "train_function_restored": True}
+                                "unwrapped_after_failure": True, "train_function_restored": True}
     assert _saved_at(dest, "SIGINT received") == (BATCHES + 4, 1, 4)
 
 
