@@ -240,12 +240,12 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
 
 
 def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tuple(CYCLES),
-                 kinds=tuple(KINDS)) -> dict:
-    """Run the campaign in ``workers`` processes; returns {"trials": [...], "operations": {cycle: N},
-    "seconds": wall time}."""
+                 kinds=tuple(KINDS), script: str = __file__) -> dict:
+    """Run the campaign in ``workers`` processes (``script worker ...``: this one, or gdrive_campaign.py);
+    returns {"trials": [...], "operations": {cycle: N}, "seconds": wall time}."""
     started = time.monotonic()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(workdir), str(i), str(workers),
+    procs = [subprocess.Popen([sys.executable, script, "worker", str(workdir), str(i), str(workers),
                                ",".join(cycles), ",".join(kinds), str(stride)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(workers)]
@@ -299,10 +299,15 @@ def main(argv=None) -> int:
     result = run_campaign(args.workdir, workers=args.workers, stride=args.stride)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
-    print(table(result))
+    return report(result, table(result))
+
+
+def report(result: dict, text: str) -> int:
+    """Print the table and the first trials that went wrong; the exit status (1 if any did)."""
+    print(text)
     print(f"\n{len(result['trials'])} trials in {result['seconds']:.0f}s")
     bad = [t for t in result["trials"] if t["outcome"] != "ok"]
-    for t in bad[:20]:
+    for t in bad[:30]:
         print(f"  {t['cycle']} {t['kind']} k={t['k']}: {t['outcome']}: {t['detail']}")
     return 1 if bad else 0
 

@@ -218,26 +218,9 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
 def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tuple(CYCLES),
                  kinds=tuple(KINDS)) -> dict:
     """As campaign.run_campaign, on the Drive API stand-in."""
-    started = time.monotonic()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(workdir), str(i), str(workers),
-                               ",".join(cycles), ",".join(kinds), str(stride)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(workers)]
-    trials, operations, errors = [], {}, []
-    for p in procs:
-        out, err = p.communicate()
-        for line in out.splitlines():
-            row = json.loads(line)
-            if "operations" in row:
-                operations[row["cycle"]] = row["operations"]
-            else:
-                trials.append(row)
-        if p.returncode != 0:
-            errors.append(err[-3000:])
-    if errors:
-        raise RuntimeError("a campaign worker failed:\n" + "\n".join(errors))
-    return {"trials": trials, "operations": operations, "seconds": time.monotonic() - started}
+    from tests.checkpoints import campaign
+    return campaign.run_campaign(workdir, workers=workers, stride=stride, cycles=cycles, kinds=kinds,
+                                 script=__file__)
 
 
 def table(result: dict) -> str:
@@ -260,12 +243,8 @@ def main(argv=None) -> int:
     result = run_campaign(args.workdir, workers=args.workers, stride=args.stride)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
-    print(table(result))
-    print(f"\n{len(result['trials'])} trials in {result['seconds']:.0f}s")
-    bad = [t for t in result["trials"] if t["outcome"] != "ok"]
-    for t in bad[:30]:
-        print(f"  {t['cycle']} {t['kind']} k={t['k']}: {t['outcome']}: {t['detail']}")
-    return 1 if bad else 0
+    from tests.checkpoints.campaign import report
+    return report(result, table(result))
 
 
 if __name__ == "__main__":
