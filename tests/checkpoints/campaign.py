@@ -117,9 +117,15 @@ def _content_ok(restored) -> bool:
 
 def _check(backing: Path, dest: Path, local: Path, out: Path) -> None:
     """With the mount healthy: what Drive holds (verified, read behind the mount) and what a fresh VM gets."""
+    from colabkit.checkpoints.folder import CheckpointFolder
+    check_outcome(CheckpointFolder(backing), str(dest), local, out)
+
+
+def check_outcome(folder, location: str, local: Path, out: Path) -> None:
+    """Write to ``out`` the steps ``folder`` holds verified, and what a fresh Checkpoints on ``location``
+    (with the empty staging folder ``local``) restores."""
     import colabkit
-    from colabkit.checkpoints.folder import CheckpointFolder, CorruptCheckpoint
-    folder = CheckpointFolder(backing)
+    from colabkit.checkpoints.folder import CorruptCheckpoint
     verified = []
     for info in folder.committed():
         try:
@@ -129,7 +135,7 @@ def _check(backing: Path, dest: Path, local: Path, out: Path) -> None:
             pass
     result = {"verified": sorted(verified)}
     try:
-        with colabkit.Checkpoints(str(dest), local_dir=local, read_timeout=5) as ckpt:
+        with colabkit.Checkpoints(location, local_dir=local, read_timeout=5) as ckpt:
             restored = ckpt.restore()
         result["fresh_restore"] = None if restored is None else restored.step
         result["fresh_content_ok"] = restored is not None and _content_ok(restored)

@@ -139,27 +139,11 @@ def _restore_trial(location, local, arm, out, persistent):
 
 
 def _check(location, local, out):
-    import colabkit
-    from colabkit.checkpoints.folder import CorruptCheckpoint
+    """With the API healthy: what Drive holds (verified) and what a fresh VM restores."""
     from colabkit.checkpoints.gdrive import DriveApiFolder
+    from tests.checkpoints.campaign import check_outcome
     _quick_retries()
-    folder = DriveApiFolder(location[len("gdrive://"):])
-    verified = []
-    for info in folder.committed():
-        try:
-            folder.verify(info, full=True)
-            verified.append(info.step)
-        except CorruptCheckpoint:
-            pass
-    result = {"verified": sorted(verified)}
-    try:
-        with colabkit.Checkpoints(location, local_dir=local, read_timeout=5) as ckpt:
-            restored = ckpt.restore()
-        result["fresh_restore"] = None if restored is None else restored.step
-        result["fresh_content_ok"] = restored is not None and _content_ok(restored)
-    except Exception as exc:  # noqa: BLE001
-        result["fresh_error"] = f"{type(exc).__name__}: {exc}"
-    out.write_text(json.dumps(result))
+    check_outcome(DriveApiFolder(location[len("gdrive://"):]), location, local, out)
 
 
 def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[str], stride: int) -> None:
