@@ -28,6 +28,7 @@ if int(keras.__version__.split(".")[0]) < 3:
 
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .deadline import watch_for  # noqa: E402
+from .keras_input import UNTRACKED, attach as attach_input  # noqa: E402
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -105,6 +106,7 @@ class AutoResume(keras.callbacks.Callback):
         self._stopped_for = None
         self._fit_frame = None        # the running fit()'s frame (see _install_signal_handlers)
         self._original_train_function = None
+        self._input = UNTRACKED       # where a tf.data input stands (keras_input), attached at train begin
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _say(self, message: str):
@@ -168,6 +170,7 @@ class AutoResume(keras.callbacks.Callback):
     def _restore_and_position(self):
         restored = self.checkpoints.restore()
         self.restored = restored
+        self._input = attach_input(sys._getframe(1), self.model)
         if restored is None:
             self._wrap_train_function(0)
             self._event("start", "no checkpoint found; training from scratch")
@@ -176,7 +179,13 @@ class AutoResume(keras.callbacks.Callback):
         self._step = restored.step
         epoch, batch = restored.epoch or 0, restored.batch or 0
         self._last_saved_position = (epoch, batch)
-        if batch and not self._input_positionable():
+        per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        skip, note = self._input.resume(restored.state.get("input"), epoch, batch, per_call)
+        if note:
+            self._say(note)
+        if skip is not None:
+            batch = skip
+        elif batch and not self._input_positionable():
             self._say(f"the input pipeline cannot be positioned mid-epoch (e.g. a Python generator); "
                       f"epoch {epoch} restarts at batch 0")
             batch = 0
@@ -248,6 +257,7 @@ class AutoResume(keras.callbacks.Callback):
         self._original_train_function = original
 
         def train_function(iterator):
+            iterator = self._input.before_call(iterator, per_call)
             self._last_call_skipped = self._skip_calls > 0 and self._fit_running(sys._getframe(1))
             if self._last_call_skipped:
                 self._skip_calls -= 1
@@ -330,6 +340,7 @@ class AutoResume(keras.callbacks.Callback):
                 self.checkpoints.release()
         finally:
             self._restore_signal_handlers()
+            self._input.detach()
         if self._interrupt == "SIGTERM":
             signal.raise_signal(signal.SIGTERM)   # deliver it now that the checkpoint is safe
         elif self._interrupt == "SIGINT":
@@ -353,6 +364,7 @@ class AutoResume(keras.callbacks.Callback):
             "optimizer": copy(opt_vars), "optimizer_paths": [v.path for v in opt_vars],
             "metrics": copy(metric_vars), "metrics_paths": [v.path for v in metric_vars],
             "rng": self._rng_state(),
+            "input": self._input.state(position),
         }
         ok = self.checkpoints.save(self._step, state, epoch=epoch, batch=batch, wait=wait, _copy_arrays=False,
                                    info={"reason": reason}, _release=lambda: self._buffers.give_back(buffers))
