@@ -39,6 +39,7 @@ if int(keras.__version__.split(".")[0]) < 3:
 
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .deadline import watch_for  # noqa: E402
+from .keras_input import UNTRACKED, attach as attach_input  # noqa: E402
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -168,6 +169,7 @@ class AutoResume(keras.callbacks.Callback):
         self._saved_in_run = False
         self._last_saved_step = None
         self._reapply = None          # the restore plan, applied again after the resumed epoch's on_epoch_begin
+        self._input = UNTRACKED       # where a tf.data input stands (keras_input), attached at train begin
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _say(self, message: str):
@@ -406,6 +408,7 @@ class AutoResume(keras.callbacks.Callback):
                 self.checkpoints.release()
         finally:
             self._restore_signal_handlers()
+            self._input.detach()
 
     def _guard_train_function(self):
         """Wrap this fit()'s train function (around the resume wrapper) so that an exception that ends fit()
@@ -457,6 +460,7 @@ class AutoResume(keras.callbacks.Callback):
     def _restore_and_position(self):
         restored = self.checkpoints.restore()
         self.restored = restored
+        self._input = attach_input(sys._getframe(1), self.model)
         if restored is None:
             self._wrap_train_function(0)
             self._event("start", "no checkpoint found; training from scratch")
@@ -465,7 +469,13 @@ class AutoResume(keras.callbacks.Callback):
         self._step = restored.step
         epoch, batch = restored.epoch or 0, restored.batch or 0
         self._last_saved_position = (epoch, batch)
-        if batch and not self._input_positionable():
+        per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        skip, note = self._input.resume(restored.state.get("input"), epoch, batch, per_call)
+        if note:
+            self._say(note)
+        if skip is not None:
+            batch = skip
+        elif batch and not self._input_positionable():
             self._say(f"the input pipeline cannot be positioned mid-epoch (e.g. a Python generator); "
                       f"epoch {epoch} restarts at batch 0")
             batch = 0
@@ -621,6 +631,7 @@ class AutoResume(keras.callbacks.Callback):
         self._original_train_function = original
 
         def train_function(iterator):
+            iterator = self._input.before_call(iterator, per_call)
             self._last_call_skipped = self._skip_calls > 0 and self._fit_running(sys._getframe(1))
             if self._last_call_skipped:
                 self._skip_calls -= 1
@@ -716,6 +727,7 @@ class AutoResume(keras.callbacks.Callback):
                 self.checkpoints.release()
         finally:
             self._restore_signal_handlers()
+            self._input.detach()
         if not self._hooked_run:
             self._deliver_interrupt()
 
@@ -746,6 +758,7 @@ class AutoResume(keras.callbacks.Callback):
             "metrics": copy(metric_vars), "metrics_paths": self._paths_of(metric_vars),
             "rng": self._rng_state(), "layout": _LAYOUT, "optimizer_builds": self._optimizer_builds(),
             "callbacks": self._callback_states(),
+            "input": self._input.state(position),
         }
         ok = self.checkpoints.save(self._step, state, epoch=epoch, batch=batch, wait=wait, _copy_arrays=False,
                                    info={"reason": reason}, _release=lambda: self._buffers.give_back(buffers))
