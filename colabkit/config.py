@@ -104,6 +104,10 @@ FIELDS = (
     _Field("read_timeout", _duration, 120.0, DURATION_FORMS,
            "How long restoring retries a checkpoint folder it cannot read (a dropped Drive mount) before it "
            "stops with an error, instead of starting over."),
+    _Field("snapshot_buffers", _positive_int, 1, "a whole number of at least 1",
+           "Sets of host buffers (each the size of the training state) AutoResume snapshots into. 1: a save "
+           "due while the previous snapshot is still being written is taken at a later batch, when that write "
+           "is done; 2 or more: it is taken at once into a spare set, for that much more memory."),
     _Field("cache_dir", _path_or_auto, AUTO, 'a folder path, or "auto"',
            "Fast local disk for checkpoint staging. auto: the platform cache dir (~/.cache/colabkit on Linux)."),
     _Field("memory_growth", _bool, True, "true or false",
@@ -132,6 +136,7 @@ class Settings:
     drive_via: str = "mount"
     drive_credentials: Any = AUTO
     read_timeout: float = 120.0
+    snapshot_buffers: int = 1
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir

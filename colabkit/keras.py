@@ -345,7 +345,10 @@ class AutoResume(keras.callbacks.Callback):
     def _save(self, position, *, reason: str, wait=False, event: str = "save") -> bool:
         epoch, batch = position
         model_vars, opt_vars, metric_vars = self._variables()
-        buffers = self._buffers.take([*model_vars, *opt_vars, *metric_vars])
+        buffers = self._buffers.take([*model_vars, *opt_vars, *metric_vars], wait=reason not in ("save_freq", "every"),
+                                     reclaim=self.checkpoints._drop_pending)
+        if buffers is None:   # the previous snapshot is still being written: the next batch end asks again
+            return False
         arrays = iter(buffers)
         copy = lambda variables: [_copy_into(next(arrays), v) for v in variables]  # noqa: E731
         state = {
@@ -467,35 +470,87 @@ def _pass_signal_on(previous, signum, frame):
 
 
 class _SnapshotBuffers:
-    """Reusable host buffers for snapshots. Copying into memory already touched is several times faster
-    than into fresh allocations (page faults dominate for hundreds of MB), and that copy is the whole
-    stall the training loop sees. At most a few sets exist: one being filled, one pending, one written."""
+    """Host buffers that snapshots are copied into, reused from save to save. Copying into memory already
+    touched is one memcpy (into fresh allocations, page faults cost several times that for hundreds of MB),
+    and that copy is the whole stall the training loop sees.
 
-    def __init__(self, spare: int = 2):
-        self._free, self._spare, self._lock = [], spare, threading.Lock()
+    ``sets`` (default: the ``snapshot_buffers`` setting, 1) sets exist at most, each the size of the training
+    state. A set is held from the snapshot until the background thread has written it. A snapshot still
+    waiting to be written (behind an upload) is discarded for a newer one and its set reused (``reclaim``).
+    When every set is being written, a periodic save is taken at a later batch (``take`` returns None); any
+    other save waits for a set. So with one set, snapshots cost 1x the state in host memory and training never
+    waits for a periodic save's write; each extra set costs another 1x and lets such a save be taken at once.
+    """
 
-    def take(self, variables) -> list:
+    WAIT_S = 120.0   # a save that must not be skipped waits this long for a set, then allocates one more
+
+    def __init__(self, sets: int | None = None):
+        if sets is None:
+            from .config import load
+            sets = load().snapshot_buffers
+        self.sets = sets
+        self.sets_allocated = 0     # sets allocated so far (tests and benchmarks read it)
+        self._free, self._layout, self._alive = [], None, 0
+        self._cond = threading.Condition()
+
+    def take(self, variables, *, wait: bool = True, reclaim=None) -> list | None:
+        """A set of buffers shaped like ``variables``. When all sets are in use: ``reclaim()`` (True when it
+        gave a set back) is asked first; then None without ``wait``, else wait for a set."""
         layout = [(tuple(v.shape), np.dtype(_dtype_name(v))) for v in variables]
-        with self._lock:
-            while self._free:
-                buffers = self._free.pop()
-                if [(b.shape, b.dtype) for b in buffers] == layout:
-                    return buffers
-        return [np.empty(shape, dtype) for shape, dtype in layout]
+        deadline = time.monotonic() + self.WAIT_S
+        while True:
+            with self._cond:
+                if layout != self._layout:   # another model: sets of the old layout are dropped
+                    self._layout, self._alive = layout, self._alive - len(self._free)
+                    self._free = []
+                if self._free:
+                    return self._free.pop()
+                allocate = self._alive < self.sets
+                if allocate:
+                    self._alive += 1
+                    self.sets_allocated += 1
+            if allocate:
+                return [np.empty(shape, dtype) for shape, dtype in layout]
+            if reclaim is not None and reclaim():
+                continue
+            if not wait:
+                return None
+            with self._cond:
+                left = deadline - time.monotonic()
+                if not self._free and left > 0:
+                    self._cond.wait(min(left, 1.0))
+                    continue
+                if self._free:
+                    continue
+                log.warning("colabkit: no snapshot buffer came back in %.0fs; allocating another set", self.WAIT_S)
+                self._alive += 1
+                self.sets_allocated += 1
+            return [np.empty(shape, dtype) for shape, dtype in layout]
 
     def prefill(self, variables) -> int:
-        """Allocate and touch one set up front, so the first save in the loop is as cheap as the rest.
-        Returns the set's size in bytes."""
+        """Allocate one set and touch it in a background thread (page faults are most of the cost of a first
+        copy), so the first save in the loop is as cheap as the rest without delaying what runs meanwhile
+        (the restore, the first batches). Until it is done the set is in use: ``take`` waits for it, or
+        returns None. Returns the set's size in bytes."""
         buffers = self.take(variables)
-        for buffer in buffers:
-            buffer.fill(0)
-        self.give_back(buffers)
+
+        def touch():
+            try:
+                for buffer in buffers:
+                    buffer.fill(0)
+            finally:
+                self.give_back(buffers)
+
+        threading.Thread(target=touch, name="colabkit-prefill", daemon=True).start()
         return sum(b.nbytes for b in buffers)
 
     def give_back(self, buffers: list) -> None:
-        with self._lock:
-            if len(self._free) < self._spare:
+        with self._cond:
+            if [(b.shape, b.dtype) for b in buffers] == self._layout and self._alive <= self.sets:
                 self._free.append(buffers)
+            else:
+                self._alive -= 1   # of another layout, or an extra set: let it go
+            self._cond.notify_all()
 
 
 def _dtype_name(variable) -> str:
@@ -503,11 +558,22 @@ def _dtype_name(variable) -> str:
     return dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
 
 
-def _copy_into(buffer: np.ndarray, variable) -> np.ndarray:
+def _host_value(variable) -> np.ndarray:
+    """The variable's current value as a host array, copied at most once: TensorFlow's read of a variable on
+    the CPU shares the variable's memory and np.asarray views it (``.numpy()`` would copy it); a GPU value
+    is copied to the host (that copy is the one). Keep the result only for the copy it is needed for: while
+    it lives, the next update of the variable copies the variable's memory first (copy-on-write)."""
     value = variable.value
-    # TensorFlow's numpy() views the tensor's host memory, so this is the only copy made
-    host = value.numpy() if hasattr(value, "numpy") else keras.ops.convert_to_numpy(value)
-    np.copyto(buffer, np.asarray(host), casting="no")
+    if hasattr(value, "read_value"):   # a tf.Variable: its current tensor
+        value = value.value()
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError):   # e.g. a torch tensor that requires grad
+        return np.asarray(keras.ops.convert_to_numpy(value))
+
+
+def _copy_into(buffer: np.ndarray, variable) -> np.ndarray:
+    np.copyto(buffer, _host_value(variable), casting="no")
     return buffer
 
 
