@@ -480,6 +480,8 @@ class _SnapshotBuffers:
     When every set is being written, a periodic save is taken at a later batch (``take`` returns None); any
     other save waits for a set. So with one set, snapshots cost 1x the state in host memory and training never
     waits for a periodic save's write; each extra set costs another 1x and lets such a save be taken at once.
+    A new set is touched (its pages faulted in) by a background thread when a periodic save first asks for
+    it, and that save is taken once it is done: neither the restore nor the training loop waits for it.
     """
 
     WAIT_S = 120.0   # a save that must not be skipped waits this long for a set, then allocates one more
@@ -491,6 +493,7 @@ class _SnapshotBuffers:
         self.sets = sets
         self.sets_allocated = 0     # sets allocated so far (tests and benchmarks read it)
         self._free, self._layout, self._alive = [], None, 0
+        self._untouched: set[int] = set()   # ids of sets whose memory was never written
         self._cond = threading.Condition()
 
     def take(self, variables, *, wait: bool = True, reclaim=None) -> list | None:
@@ -500,17 +503,22 @@ class _SnapshotBuffers:
         deadline = time.monotonic() + self.WAIT_S
         while True:
             with self._cond:
-                if layout != self._layout:   # another model: sets of the old layout are dropped
-                    self._layout, self._alive = layout, self._alive - len(self._free)
-                    self._free = []
-                if self._free:
-                    return self._free.pop()
-                allocate = self._alive < self.sets
+                self._use_layout(layout)
+                buffers = self._free.pop() if self._free else None
+                allocate = buffers is None and self._alive < self.sets
                 if allocate:
                     self._alive += 1
                     self.sets_allocated += 1
             if allocate:
-                return [np.empty(shape, dtype) for shape, dtype in layout]
+                buffers = [np.empty(shape, dtype) for shape, dtype in layout]
+            if buffers is not None:
+                with self._cond:
+                    fresh = id(buffers) in self._untouched or allocate
+                    self._untouched.discard(id(buffers))
+                if not fresh or wait:
+                    return buffers
+                self._touch_then_give_back(buffers)
+                return None
             if reclaim is not None and reclaim():
                 continue
             if not wait:
@@ -527,13 +535,30 @@ class _SnapshotBuffers:
                 self.sets_allocated += 1
             return [np.empty(shape, dtype) for shape, dtype in layout]
 
-    def prefill(self, variables) -> int:
-        """Allocate one set and touch it in a background thread (page faults are most of the cost of a first
-        copy), so the first save in the loop is as cheap as the rest without delaying what runs meanwhile
-        (the restore, the first batches). Until it is done the set is in use: ``take`` waits for it, or
-        returns None. Returns the set's size in bytes."""
-        buffers = self.take(variables)
+    def _use_layout(self, layout) -> None:
+        """Called with the lock held: for another model, the sets of the old layout are dropped."""
+        if layout != self._layout:
+            self._layout, self._alive = layout, self._alive - len(self._free)
+            self._free = []
+            self._untouched.clear()
 
+    def prefill(self, variables) -> int:
+        """Allocate one set unless one exists (its memory is touched when a periodic save first asks for it).
+        Returns the size of a set in bytes."""
+        layout = [(tuple(v.shape), np.dtype(_dtype_name(v))) for v in variables]
+        with self._cond:
+            self._use_layout(layout)
+            if self._alive == 0:
+                buffers = [np.empty(shape, dtype) for shape, dtype in layout]   # not touched: no cost yet
+                self._alive += 1
+                self.sets_allocated += 1
+                self._free.append(buffers)
+                self._untouched.add(id(buffers))
+        return sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout)
+
+    def _touch_then_give_back(self, buffers: list) -> None:
+        """Fault the set's pages in, in a background thread (page faults are most of the cost of a first copy
+        into fresh memory, hundreds of ms for hundreds of MB), then make it available."""
         def touch():
             try:
                 for buffer in buffers:
@@ -541,8 +566,7 @@ class _SnapshotBuffers:
             finally:
                 self.give_back(buffers)
 
-        threading.Thread(target=touch, name="colabkit-prefill", daemon=True).start()
-        return sum(b.nbytes for b in buffers)
+        threading.Thread(target=touch, name="colabkit-snapshot-touch", daemon=True).start()
 
     def give_back(self, buffers: list) -> None:
         with self._cond:

@@ -3,6 +3,7 @@ a local destination written once, a resume that reads each file once. The times 
 import importlib.util
 import json
 import threading
+import time
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -92,21 +93,47 @@ def test_a_save_while_the_previous_is_written_takes_no_second_set_and_resume_is_
 def test_spare_buffer_sets_trade_memory_for_taking_every_save_at_once(tmp_path, ck_env, monkeypatch):
     monkeypatch.setenv("COLABKIT_SNAPSHOT_BUFFERS", "2")
     model = wide_model(64)
-    x = np.random.RandomState(0).rand(8 * 6, 64).astype("float32")
+    x = np.random.RandomState(0).rand(8 * 8, 64).astype("float32")
     slow = SlowWriter(monkeypatch)
     seqs = []
 
     class Watch(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             seqs.append(auto.checkpoints._seq)
-            if batch == 4:
+            if batch < 3:   # a new set is touched in the background (microseconds here) before its first use
+                time.sleep(0.1)
+            if batch == 6:
                 slow.gate.set()
 
     auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=1, deadline=None, verbose=0)
     model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
     assert auto._buffers.sets_allocated == 2
-    assert seqs[:5] == [1, 2, 3, 4, 5], "with a spare set every save is taken when it is due"
+    assert slow.writes >= 1 and seqs[3:7] == list(range(seqs[3], seqs[3] + 4)) and seqs[3] >= 2, \
+        f"while the first snapshot is being written, every save is taken when it is due: {seqs}"
     assert auto.checkpoints.status.saves_dropped >= 3, "snapshots waiting behind the write were replaced"
+
+
+def test_a_snapshot_waiting_behind_a_slow_upload_is_replaced_in_the_same_buffers(tmp_path, ck_env, monkeypatch):
+    model = wide_model(64)
+    x = np.random.RandomState(0).rand(8 * 8, 64).astype("float32")
+    gate, real = threading.Event(), folder.CheckpointFolder.copy_in
+    monkeypatch.setattr(folder.CheckpointFolder, "copy_in", lambda self, *a, **kw: gate.wait(30) and real(self, *a, **kw))
+    seqs = []
+
+    class Watch(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seqs.append(auto.checkpoints._seq)
+            if batch == 1:   # the first snapshot is committed locally and its upload hangs
+                assert wait_for(lambda: auto.checkpoints.status.state == "uploading")
+
+    auto = colabkit.keras.AutoResume(str(tmp_path / "drive"), save_freq=1, deadline=None, verbose=0,
+                                     local_dir=tmp_path / "local")
+    threading.Timer(1.0, gate.set).start()
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
+    assert auto._buffers.sets_allocated == 1
+    assert seqs[2:] == list(range(seqs[2], seqs[2] + 6)), f"every later save was taken when due: {seqs}"
+    assert auto.checkpoints.status.saves_dropped >= 4, "each replaced the one waiting behind the upload"
+    assert CheckpointFolder(tmp_path / "drive").committed()[-1].step == 8
 
 
 def test_a_snapshot_copies_each_variable_once_and_is_independent_of_later_updates():
