@@ -239,7 +239,7 @@ class CheckpointFolder:
         target.mkdir()
         for rel, meta in source.manifest["files"].items():
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            digest, size = copy_file(source.path / rel, target / rel, durable=durable)
+            digest, size = copy_file(source.path / rel, target / rel, durable=durable, digest=check_hashes)
             problem = (f"{source.path / rel} has {size} bytes, the manifest says {meta['size']}"
                        if size != meta["size"] else
                        f"{source.path / rel} does not match its sha256 in the manifest"
