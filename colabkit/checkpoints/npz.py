@@ -12,7 +12,7 @@ reads it), written so that saving and restoring touch every byte as few times as
   without another copy;
 * reading reads the file once into one buffer, hashing it in a second thread as it arrives, and returns the
   arrays as views into that buffer (after the sha256 matched the manifest, which makes the zip CRCs
-  redundant). Files this module did not write (``np.savez``'s, compressed members) are read with ``np.load``.
+  redundant); arrays under 1 MB are copied out, so that keeping one does not keep the buffer. Files this module did not write (``np.savez``'s, compressed members) are read with ``np.load``.
 
 Only numeric/string dtypes: an object array (which would need pickle) is refused when reading and writing.
 """
@@ -33,6 +33,7 @@ import numpy as np
 CHUNK = 8 << 20            # write/read/hash granularity
 SYNC_EVERY = 32 << 20      # start writing back to disk after this many bytes, while writing goes on
 ALIGN = 64
+SMALL = 1 << 20            # arrays read back below this size are copies, not views of the file's buffer
 _PAD_ID = 0xD935           # extra field id for alignment padding (the one zipalign uses)
 _ZIP64_LIMIT = 0xFFFFFFFF
 
@@ -240,7 +241,7 @@ def read_into_memory(path, *, expected_size: int | None = None) -> tuple[memoryv
 
 def load(buffer, *, where: str = "arrays.npz") -> dict:
     """Arrays of an .npz held in memory (``buffer``), as views into it where the members are stored
-    uncompressed (copies otherwise). No pickles: object arrays raise ValueError."""
+    uncompressed and not small (copies otherwise). No pickles: object arrays raise ValueError."""
     with zipfile.ZipFile(_BufferFile(buffer)) as archive:
         infos = archive.infolist()
         arrays = {}
@@ -259,7 +260,9 @@ def load(buffer, *, where: str = "arrays.npz") -> dict:
             member = view[start:start + info.file_size]
             if member.nbytes != info.file_size:
                 raise zipfile.BadZipFile(f"{where}: {info.filename} is truncated")
-            arrays[key] = _npy_view(member, f"{where}:{info.filename}")
+            array = _npy_view(member, f"{where}:{info.filename}")
+            # small arrays are copied out, so that keeping one does not keep the whole file's buffer alive
+            arrays[key] = array.copy() if array.nbytes < SMALL else array
     return arrays
 
 

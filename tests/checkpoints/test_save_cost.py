@@ -197,7 +197,7 @@ def test_resume_reads_each_file_once_without_a_local_copy_and_rejects_a_damaged_
     dest = tmp_path / "dest"
     with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm1", keep=3) as ckpt:
         for step in (1, 2):
-            ckpt.save(step, {"w": np.full(50_000, float(step)), "step": step}, wait=True)
+            ckpt.save(step, {"w": np.full(200_000, float(step)), "step": step}, wait=True)
     reads, copies = [], []
     real_read = npz.read_into_memory
     monkeypatch.setattr(npz, "read_into_memory", lambda path, **kw: reads.append(Path(path).name) or
@@ -230,7 +230,7 @@ def test_npz_round_trip_is_an_ordinary_npz_with_aligned_members(tmp_path, array)
     import hashlib
     import zipfile
     path = tmp_path / "a.npz"
-    digest, size = npz.write(path, {"a0": array, "a1": np.ones(100)})
+    digest, size = npz.write(path, {"a0": array, "a1": np.ones(200_000)})
     raw = path.read_bytes()
     assert (digest, size) == (hashlib.sha256(raw).hexdigest(), len(raw))
     with zipfile.ZipFile(path) as archive:
@@ -241,7 +241,8 @@ def test_npz_round_trip_is_an_ordinary_npz_with_aligned_members(tmp_path, array)
     assert digest2 == digest
     arrays = npz.load(buffer)
     np.testing.assert_array_equal(arrays["a0"], array)
-    assert arrays["a0"].dtype == array.dtype and arrays["a1"].ctypes.data % 64 == 0
+    assert arrays["a0"].dtype == array.dtype and arrays["a1"].ctypes.data % 64 == 0   # a view, aligned
+    assert arrays["a0"].base is None or arrays["a0"].nbytes >= npz.SMALL, "small arrays are copies"
 
 
 def test_npz_reads_what_np_savez_wrote_and_refuses_object_arrays(tmp_path):
