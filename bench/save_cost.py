@@ -248,8 +248,13 @@ def worker(dest, width, save_freq, batches):
     model = build(keras, width)
     x, y = data(width, batches)
     auto = colabkit.keras.AutoResume(dest, save_freq=save_freq, deadline=None, verbose=0, keep=2)
-    saved_at, lock = {}, threading.Lock()
+    saved_at, lock, out = {}, threading.Lock(), threading.Lock()
     real_save = auto.checkpoints.save
+
+    def say(line):   # whole lines: the watcher thread prints too
+        with out:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
 
     def save(step, *a, **kw):
         with lock:
@@ -267,19 +272,19 @@ def worker(dest, width, save_freq, batches):
                 with lock:
                     started = saved_at.get(up.step)
                 if started is not None:
-                    print(f"COMMITTED {up.step} {time.monotonic() - started:.4f}", flush=True)
+                    say(f"COMMITTED {up.step} {time.monotonic() - started:.4f}")
             time.sleep(0.002)
 
     class Steps(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
             restored = auto.restored
-            print(f"RESUMED {restored.step if restored else 0}", flush=True)
+            say(f"RESUMED {restored.step if restored else 0}")
             threading.Thread(target=watch, daemon=True).start()
 
         def on_train_batch_end(self, batch, logs=None):
             if auto._step != getattr(self, "last", None):   # not a batch skipped to reach the resume position
                 self.last = auto._step
-                print(f"STEP {auto._step} {time.monotonic():.4f}", flush=True)
+                say(f"STEP {auto._step} {time.monotonic():.4f}")
 
     model.fit(x, y, batch_size=BATCH, epochs=1000, shuffle=False, verbose=0, callbacks=[auto, Steps()])
 
@@ -300,7 +305,9 @@ def kill_test(width, kills, save_freq, seed, env):
 
             def pump(p=proc, out=lines, ev=first_step):
                 for line in p.stdout:
-                    out.append(line.split())
+                    words = line.split()
+                    if len(words) in (2, 3) and words[0] in ("STEP", "COMMITTED", "RESUMED"):
+                        out.append(words)
                     if line.startswith("STEP"):
                         ev.set()
 
@@ -351,6 +358,25 @@ def distribution(xs):
     return f"min {xs[0]}, median {q(0.5)}, p90 {q(0.9)}, max {xs[-1]} (n={len(xs)})"
 
 
+def report_kill_test(args):
+    """The kill test, and its distribution against the bounds."""
+    print(f"\nkill test: save_freq={args.save_freq}, {args.kills} kills at random moments (1-6 s into each run)",
+          flush=True)
+    lost, bounds, writer_bounds, latencies, batch_times = kill_test(args.width, args.kills, args.save_freq,
+                                                                    args.seed, dict(os.environ))
+    over = [(lo, b) for lo, b in zip(lost, bounds) if b is not None and lo > b]
+    print(f"batches trained again after a kill: {distribution(lost)}")
+    known = [b for b in bounds if b is not None]
+    print(f"bound save_freq + commit latency (worst of the killed run, in batches): {distribution(known)}; "
+          f"kills over it: {len(over)} {over if over else ''}")
+    over = [(lo, b) for lo, b in zip(lost, writer_bounds) if b is not None and lo > b]
+    print(f"bound max(save_freq, commit + 1) + commit (the writer as bottleneck): kills over it: {len(over)} "
+          f"{over if over else ''}")
+    print(f"commit latency during training: median {median(latencies) * 1e3:.0f} ms, max "
+          f"{max(latencies) * 1e3 if latencies else float('nan'):.0f} ms (n={len(latencies)}); batch median "
+          f"{median(batch_times) * 1e3:.0f} ms")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=2112)
@@ -361,6 +387,7 @@ def main():
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--no-kill", action="store_true")
+    parser.add_argument("--kill-only", action="store_true", help="only the kill test")
     parser.add_argument("--no-mount", action="store_true")
     parser.add_argument("--worker")
     parser.add_argument("--resume-worker", nargs=2)
@@ -370,6 +397,8 @@ def main():
     if args.resume_worker:
         return resume_worker(*args.resume_worker, args.width)
 
+    if args.kill_only:
+        return report_kill_test(args)
     import keras
     import colabkit
     tmp = Path(tempfile.mkdtemp(prefix="ck-cost-"))
@@ -490,22 +519,7 @@ def main():
     shutil.rmtree(tmp, ignore_errors=True)
 
     if not args.no_kill:
-        print(f"\nkill test: save_freq={args.save_freq}, {args.kills} kills at random moments (1-6 s into each run)",
-              flush=True)
-        lost, bounds, writer_bounds, latencies, batch_times = kill_test(args.width, args.kills, args.save_freq,
-                                                                        args.seed, dict(os.environ))
-        over = [(lo, b) for lo, b in zip(lost, bounds) if b is not None and lo > b]
-        print(f"batches trained again after a kill: {distribution(lost)}")
-        known = [b for b in bounds if b is not None]
-        print(f"bound save_freq + commit latency (worst of the killed run, in batches): {distribution(known)}; "
-              f"kills over it: {len(over)} {over if over else ''}")
-        over = [(lo, b) for lo, b in zip(lost, writer_bounds) if b is not None and lo > b]
-        print(f"bound max(save_freq, commit + 1) + commit (the writer as bottleneck): kills over it: {len(over)} "
-              f"{over if over else ''}")
-        print(f"commit latency during training: median {median(latencies) * 1e3:.0f} ms, max "
-              f"{max(latencies) * 1e3 if latencies else float('nan'):.0f} ms (n={len(latencies)}); batch median "
-              f"{median(batch_times) * 1e3:.0f} ms")
-
+        report_kill_test(args)
     print("\nsummary: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
 
 
