@@ -63,6 +63,16 @@ def _bool(value: Any, name: str) -> bool:
     raise ValueError(f"{name}={value!r} must be true or false.")
 
 
+def _megabytes(value: Any, name: str) -> float:
+    try:
+        number = float(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or not number >= 0 or number == float("inf"):
+        raise ValueError(f"{name}={value!r} must be a number of megabytes, 0 or more (e.g. 64).")
+    return number
+
+
 def _path_or_auto(value: Any, name: str):
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise ValueError(f"{name}={value!r} must be a folder path (or \"auto\").")
@@ -104,6 +114,14 @@ FIELDS = (
     _Field("read_timeout", _duration, 120.0, DURATION_FORMS,
            "How long restoring retries a checkpoint folder it cannot read (a dropped Drive mount) before it "
            "stops with an error, instead of starting over."),
+    _Field("snapshot_buffers", _positive_int, 1, "a whole number of at least 1",
+           "Sets of host buffers (each the size of the training state) AutoResume snapshots into. 1: a save "
+           "due while the previous snapshot is still being written is taken at a later batch, when that write "
+           "is done; 2 or more: it is taken at once into a spare set, for that much more memory."),
+    _Field("small_state_mb", _megabytes, 64.0, "a number of megabytes, 0 or more",
+           "Training states up to this size are saved at every batch a save is due: a periodic save waits for "
+           "the previous snapshot's write (milliseconds at this size) instead of moving to a later batch. "
+           "0: periodic saves never wait."),
     _Field("cache_dir", _path_or_auto, AUTO, 'a folder path, or "auto"',
            "Fast local disk for checkpoint staging. auto: the platform cache dir (~/.cache/colabkit on Linux)."),
     _Field("memory_growth", _bool, True, "true or false",
@@ -132,6 +150,8 @@ class Settings:
     drive_via: str = "mount"
     drive_credentials: Any = AUTO
     read_timeout: float = 120.0
+    snapshot_buffers: int = 1
+    small_state_mb: float = 64.0
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir

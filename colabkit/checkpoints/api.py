@@ -53,13 +53,17 @@ def local_cache_for(destination, cache_dir: Path) -> Path:
 class Checkpoints:
     """Crash-safe checkpoints in ``directory`` ("drive:runs/gan", or any folder).
 
-    ``save(step, state)`` snapshots the state on the calling thread, then writes it to fast local disk,
-    commits it (manifest last) and copies it to the destination in a background thread. A checkpoint is
-    visible to ``restore()`` only once its manifest is complete and its files match it.
+    ``save(step, state)`` snapshots the state on the calling thread; a background thread writes it, hashing
+    it on the way, and commits it (data fsynced, manifest last). A destination on a local disk is written
+    once, directly; for Drive or another network mount (or with ``local_dir``) the checkpoint is committed
+    on fast local disk first and copied to the destination in the background. A checkpoint is visible to
+    ``restore()`` only once its manifest is complete and its files match it.
 
     keep: committed checkpoints kept per folder (older ones are deleted only after a newer one is committed).
     keep_every: also keep one checkpoint per this interval ("6h"), like tf.train.CheckpointManager.
-    local_dir: override the local staging folder (default: under the configured cache_dir).
+    local_dir: stage every checkpoint in this folder, then copy it to the destination. Default: a folder under
+    the configured cache_dir for a network destination (a Drive mount); none for a destination on a local disk,
+    which is committed directly (if writing there fails, checkpoints are staged until it works again).
     resume_from: a Google Drive share link to a checkpoint (folder, or .zip/.tar of one): restored when
     ``directory`` has none yet; training then continues into ``directory``.
     fresh: start a new run in a folder that holds another run's checkpoints. Without it, saving a lower step
@@ -104,11 +108,14 @@ class Checkpoints:
         else:
             self.dest = CheckpointFolder(self.destination)
         self._lease = None if self.dest is None else lease_for(self.dest, directory, self._warn)
-        settles = isinstance(self.destination, Path) and self.dest is not None and _mounts.on_network_fs(
+        network = isinstance(self.destination, Path) and self.dest is not None and _mounts.on_network_fs(
             self.destination)
+        settles = network
+        # a destination on a local disk is as fast as the staging folder: write it once, there
+        self._direct = isinstance(self.dest, CheckpointFolder) and local_dir is None and not network
         self._uploader = Uploader(self.local, self.dest, keep=self.keep, keep_every=self.keep_every,
                                   on_warning=self._warn, lease=self._lease, lease_owner=self, settles=settles,
-                                  on_stop=self.release)
+                                  on_stop=self.release, direct=self._direct)
         self._generation = None       # this run's generation, settled by the first save (see _settle_run)
         self._lease_tried = False
         self._restored_once = False   # restore() has read the folder: _newest_seen is what it holds
@@ -155,21 +162,23 @@ class Checkpoints:
         started = time.monotonic()
         snap = _state.snapshot(state, copy_arrays=_copy_arrays)
         local_dir = self.local.path / new_name(step)
+        direct = self._direct and not snap.trackables   # TensorFlow writes trackables here, on this thread
         self._uploader.reserve(local_dir.name)
-        try:
-            local_dir.mkdir(parents=True)
-            _state.write_trackables(snap, local_dir)
-        except BaseException:
+        if not direct:
             try:
-                remove_tree(local_dir)
-            finally:
-                self._uploader.unreserve(local_dir.name)
-            raise
+                local_dir.mkdir(parents=True)
+                _state.write_trackables(snap, local_dir)
+            except BaseException:
+                try:
+                    remove_tree(local_dir)
+                finally:
+                    self._uploader.unreserve(local_dir.name)
+                raise
         self.last_snapshot_s = time.monotonic() - started
         self._seq += 1
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
                                   info=info or {}, write=lambda d, s=snap: _state.write_data(s, d),
-                                  release=_release, generation=self._generation))
+                                  release=_release, generation=self._generation, direct=direct))
         if wait is False:
             return True
         return self.wait(None if wait is True else float(wait))
@@ -211,6 +220,11 @@ class Checkpoints:
                 f"{self.location} holds step {newest.step} of an earlier run, and this run started at step {step} "
                 f"without restoring it; its checkpoints stay on local disk at {self.local.path} and are not "
                 f"uploaded. Call restore() first to continue that run, pass fresh=True, or use another folder.")
+
+    def _drop_pending(self) -> bool:
+        """Discard the snapshot that waits to be written, if there is one (its memory is given back): the
+        caller is about to take a newer one."""
+        return self._uploader.drop_pending()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the newest save is committed on the destination. False on timeout or failure."""
@@ -343,11 +357,19 @@ class Checkpoints:
         for group in sorted(copies.values(), key=lambda g: g[0].order_key(), reverse=True):
             for info in group:
                 from_local = info.path.parent == self.local.path
+                # arrays and JSON on a filesystem are read once, checked on the way, and loaded from memory;
+                # trackables (TensorFlow reads them from files) and API back ends are copied to local disk first
+                in_place = set(info.manifest["files"]) <= {_state.ARRAYS, _state.STATE} and (
+                    from_local or pulled is not None or isinstance(self.dest, CheckpointFolder))
                 try:
-                    info = info if from_local else self._download(info, downloads())
-                    if from_local:
-                        self.local.verify(info, full=True)
-                    state = _state.read(info.path, into=into)
+                    if in_place:
+                        contents = self._read_checked(info, retry=not from_local)
+                        state = _state.from_contents(contents, info.path, into=into)
+                    else:
+                        info = info if from_local else self._download(info, downloads())
+                        if from_local:
+                            self.local.verify(info, full=True)
+                        state = _state.read(info.path, into=into)
                 except _state.StateError as exc:
                     raise CheckpointError(str(exc)) from None
                 except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
@@ -365,6 +387,19 @@ class Checkpoints:
                                 source=source, manifest=info.manifest)
         self._restored_once = True   # read, and nothing valid there
         return None
+
+    def _read_checked(self, info: CheckpointInfo, *, retry: bool) -> dict:
+        """The checkpoint's files, each read once and checked against the manifest (CorruptCheckpoint).
+        ``retry``: transient errors are retried with back-off, then raise (a destination); otherwise they
+        raise at once. The name is reserved meanwhile, so that the uploader does not prune it."""
+        read = lambda: CheckpointFolder(info.path.parent).read_checked(info)  # noqa: E731
+        self._uploader.reserve(info.name)
+        try:
+            if not retry:
+                return read()
+            return self._read_with_retries(read, f"checkpoint {info.name} (step {info.step})")
+        finally:
+            self._uploader.unreserve(info.name)
 
     def _download(self, info: CheckpointInfo, into: CheckpointFolder) -> CheckpointInfo:
         """One read of a destination checkpoint into local disk, checked against its manifest on the way.

@@ -16,6 +16,7 @@ import secrets
 from pathlib import Path
 
 from . import manifest as _manifest
+from . import npz as _npz
 from .storage import copy_file, fsync_dir, remove_tree, write_bytes
 
 _NAME = re.compile(r"^ckpt-(\d{12})-([0-9a-f]{6})$")
@@ -184,20 +185,45 @@ class CheckpointFolder:
                     raise CorruptCheckpoint(f"{file} does not match its sha256 in the manifest")
 
     def commit(self, ckpt_dir: Path, *, step: int, epoch=None, batch=None, info: dict | None = None,
-               generation: int = 0) -> CheckpointInfo:
-        """Hash the files already written in ``ckpt_dir`` (inside this folder) and write the manifest last."""
+               generation: int = 0, written: dict | None = None) -> CheckpointInfo:
+        """Hash the files already written in ``ckpt_dir`` (inside this folder) and write the manifest last.
+
+        ``written``: {relative name: (sha256 hex, size)} of files that their writer hashed while writing and
+        fsynced (state.write_data): they are not read back, only their size is checked."""
         files = {}
         for file in sorted(p for p in ckpt_dir.rglob("*") if p.is_file()):
             rel = file.relative_to(ckpt_dir).as_posix()
             if rel == _manifest.MANIFEST_NAME:
                 continue
-            digest, size = _manifest.sha256_file(file, fsync=True)  # data durable before the manifest
+            known = (written or {}).get(rel)
+            if known is not None and file.stat().st_size == known[1]:
+                digest, size = known
+            else:
+                digest, size = _manifest.sha256_file(file, fsync=True)  # data durable before the manifest
             files[rel] = {"size": size, "sha256": digest}
         manifest = _manifest.build(step=step, epoch=epoch, batch=batch, files=files, info=info, generation=generation)
         fsync_dir(ckpt_dir)
         write_bytes(ckpt_dir / _manifest.MANIFEST_NAME, _manifest.dumps(manifest))
         fsync_dir(ckpt_dir)
         return CheckpointInfo(ckpt_dir, manifest)
+
+    def read_checked(self, info: CheckpointInfo) -> dict:
+        """{relative name: contents} of every file of a committed checkpoint, each read once and checked
+        against the manifest on the way (size and sha256); raises CorruptCheckpoint. Contents are writable
+        buffers, 64-byte aligned (see npz.read_into_memory)."""
+        contents = {}
+        for rel, meta in info.manifest["files"].items():
+            file = info.path / rel
+            try:
+                data, digest = _npz.read_into_memory(file, expected_size=meta["size"])
+            except FileNotFoundError:
+                raise CorruptCheckpoint(f"{file} is missing") from None
+            except EOFError:
+                raise CorruptCheckpoint(f"{file} does not have the {meta['size']} bytes the manifest says") from None
+            if digest != meta["sha256"]:
+                raise CorruptCheckpoint(f"{file} does not match its sha256 in the manifest")
+            contents[rel] = data
+        return contents
 
     def copy_in(self, source: CheckpointInfo, *, check_hashes: bool = False, durable: bool = True) -> CheckpointInfo:
         """Copy a committed checkpoint into this folder under the same name: data files first, manifest last.
@@ -216,7 +242,7 @@ class CheckpointFolder:
         target.mkdir()
         for rel, meta in source.manifest["files"].items():
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            digest, size = copy_file(source.path / rel, target / rel, durable=durable)
+            digest, size = copy_file(source.path / rel, target / rel, durable=durable, digest=check_hashes)
             problem = (f"{source.path / rel} has {size} bytes, the manifest says {meta['size']}"
                        if size != meta["size"] else
                        f"{source.path / rel} does not match its sha256 in the manifest"

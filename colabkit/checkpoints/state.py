@@ -2,18 +2,22 @@
 
 Supported values: JSON-able values (None, bool, int, float, str, lists, dicts with str keys), NumPy arrays
 and scalars (and anything with ``__array__``, e.g. tensors), and TensorFlow trackables (tf.Variable,
-tf.Module, Keras models, optimizers, tf.train.Checkpoint). Files: ``arrays.npz`` (uncompressed, read with
-allow_pickle=False), ``state.json``, and a TensorFlow checkpoint under ``tf/`` for trackables.
-Nothing read back is ever unpickled.
+tf.Module, Keras models, optimizers, tf.train.Checkpoint). Files: ``arrays.npz`` (uncompressed, readable with
+np.load(allow_pickle=False); written and read in one pass by npz.py), ``state.json``, and a TensorFlow
+checkpoint under ``tf/`` for trackables. Nothing read back is ever unpickled.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from . import npz as _npz
+from .storage import write_bytes
 
 ARRAYS = "arrays.npz"
 STATE = "state.json"
@@ -96,22 +100,32 @@ def write_trackables(snap: Snapshot, ckpt_dir: Path) -> None:
     tf.train.Checkpoint(**snap.trackables).write(str(ckpt_dir / TF_PREFIX))
 
 
-def write_data(snap: Snapshot, ckpt_dir: Path) -> None:
-    """Write the arrays and the JSON tree (may run on a background thread)."""
+def write_data(snap: Snapshot, ckpt_dir: Path) -> dict:
+    """Write the arrays and the JSON tree (may run on a background thread), each hashed while it is written
+    and fsynced. Returns {file name: (sha256 hex, size)} for the manifest (see CheckpointFolder.commit)."""
+    written = {}
     if snap.arrays:
-        with open(ckpt_dir / ARRAYS, "wb") as fh:
-            np.savez(fh, **snap.arrays)
-    (ckpt_dir / STATE).write_text(json.dumps({"tree": snap.tree}, allow_nan=True))
+        written[ARRAYS] = _npz.write(ckpt_dir / ARRAYS, snap.arrays)
+    data = json.dumps({"tree": snap.tree}, allow_nan=True).encode()
+    write_bytes(ckpt_dir / STATE, data)
+    written[STATE] = (hashlib.sha256(data).hexdigest(), len(data))
+    return written
 
 
 def read(ckpt_dir: Path, into: dict | None = None) -> dict:
     """Load a checkpoint's state. Trackables are restored in place into the objects of ``into``
     (same names as when saved); without them, their entries are left as None."""
-    tree = json.loads((ckpt_dir / STATE).read_text())["tree"]
-    arrays = {}
+    contents = {STATE: (ckpt_dir / STATE).read_bytes()}
     if (ckpt_dir / ARRAYS).exists():
-        with np.load(ckpt_dir / ARRAYS, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
+        contents[ARRAYS] = _npz.read_into_memory(ckpt_dir / ARRAYS)[0]
+    return from_contents(contents, ckpt_dir, into)
+
+
+def from_contents(contents: dict, ckpt_dir: Path, into: dict | None = None) -> dict:
+    """The state of a checkpoint whose files ``contents`` ({name: bytes-like}) were read already (and checked
+    against the manifest): arrays are views into those bytes. ``ckpt_dir`` is read only for trackables."""
+    tree = json.loads(bytes(contents[STATE]).decode("utf-8"))["tree"]
+    arrays = _npz.load(contents[ARRAYS]) if ARRAYS in contents else {}
     trackable_paths = {}
 
     def visit(value):

@@ -34,21 +34,23 @@ def write_bytes(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def copy_file(src: Path, dst: Path, *, durable: bool = True) -> tuple[str, int]:
-    """Copy in chunks, hashing on the way; fsync when ``durable``. Returns (sha256 hex, size).
+def copy_file(src: Path, dst: Path, *, durable: bool = True, digest: bool = True) -> tuple[str | None, int]:
+    """Copy in chunks, hashing on the way (unless ``digest`` is False: None is returned for it); fsync when
+    ``durable``. Returns (sha256 hex, size).
 
     Raises OSError (ENOSPC, ENOTCONN, ...) as is.
     """
-    digest, written = hashlib.sha256(), 0
+    hasher, written = hashlib.sha256() if digest else None, 0
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         while chunk := fin.read(_CHUNK):
-            digest.update(chunk)
+            if hasher is not None:
+                hasher.update(chunk)
             fout.write(chunk)
             written += len(chunk)
         fout.flush()
         if durable:
             os.fsync(fout.fileno())
-    return digest.hexdigest(), written
+    return None if hasher is None else hasher.hexdigest(), written
 
 
 def remove_tree(path: Path) -> None:

@@ -1,8 +1,11 @@
-"""Background copy of committed local checkpoints to the destination: coalescing, retries, back-off.
+"""Background writing of snapshots and copy of committed local checkpoints to the destination: coalescing,
+retries, back-off.
 
-The training thread hands over snapshots; this thread writes them locally, commits them, and uploads the
-newest committed one. If snapshots arrive faster than the destination takes them, older ones are dropped
-before they are written (coalescing) so memory and queue stay bounded: one pending, one in flight.
+The training thread hands over snapshots; this thread writes them, commits them, and uploads the newest
+committed one. A destination on a local disk (``direct``) is written and committed directly, once; when that
+fails, snapshots are staged locally and uploaded as for a network destination until an upload succeeds again.
+If snapshots arrive faster than the destination takes them, older ones are dropped before they are written
+(coalescing) so memory and queue stay bounded: one pending, one in flight.
 """
 from __future__ import annotations
 
@@ -33,9 +36,10 @@ class Job:
     epoch: int | None
     batch: int | None
     info: dict
-    write: Callable[[Path], None]
+    write: Callable[[Path], dict | None]          # writes the data files; returns what it hashed (folder.commit)
     release: Callable[[], None] | None = None   # called once the snapshot's memory is no longer needed
     generation: int = 0
+    direct: bool = False                        # may be written straight into the destination (nothing staged)
 
     def done_with_snapshot(self) -> None:
         if self.release is not None:
@@ -68,8 +72,10 @@ class Uploader:
 
     def __init__(self, local: CheckpointFolder, dest: CheckpointFolder | None, *, keep: int,
                  keep_every: float | None, on_warning: Callable[[str], None], lease=None, lease_owner=None,
-                 settles: bool = False, on_stop: Callable[[], None] | None = None):
+                 settles: bool = False, on_stop: Callable[[], None] | None = None, direct: bool = False):
         self.local, self.dest = local, dest
+        self.direct = direct and dest is not None
+        self._direct_ok = True      # False from a failed direct write until an upload succeeds again
         self.keep, self.keep_every = keep, keep_every
         self.lease, self._lease_owner, self.settles, self._on_stop = lease, lease_owner, settles, on_stop
         self.status = UploadStatus()
@@ -119,6 +125,17 @@ class Uploader:
             self._pending = job
             self._wake = True
             self._cond.notify_all()
+
+    def drop_pending(self) -> bool:
+        """Discard the snapshot waiting to be written, if any (a newer one is about to be taken)."""
+        with self._cond:
+            job, self._pending = self._pending, None
+            if job is None:
+                return False
+            remove_tree(job.local_dir)
+            self.status.saves_dropped += 1
+        job.done_with_snapshot()
+        return True
 
     def is_in_progress(self, name: str) -> bool:
         """True for a checkpoint folder that is reserved, pending or being written (never to be pruned)."""
@@ -195,15 +212,19 @@ class Uploader:
                     backoff = min(backoff * 2, BACKOFF_MAX)
 
     def _write_local(self, job: Job) -> None:
+        if job.direct and self.direct:
+            if self._direct_ok and self._write_direct(job):
+                return
+            job.local_dir.mkdir(parents=True, exist_ok=True)   # staged instead, uploaded when it can be
         self.status.state = "writing"
         started = time.monotonic()
         try:
             try:
-                job.write(job.local_dir)
+                written = job.write(job.local_dir)
             finally:
                 job.done_with_snapshot()
             info = self.local.commit(job.local_dir, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
-                                     generation=job.generation)
+                                     generation=job.generation, written=written)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
             remove_tree(job.local_dir)
             self._warn(f"could not write checkpoint step {job.step} to local disk {self.local.path}: {exc}")
@@ -221,11 +242,59 @@ class Uploader:
             self._cond.notify_all()
         self._prune(self.local)
 
+    def _write_direct(self, job: Job) -> bool:
+        """Write and commit a snapshot straight into the destination (a local disk): the data once, fsynced,
+        the manifest last. False when that failed: nothing is committed there, the snapshot is still held,
+        and the caller stages it instead."""
+        self.status.state = "writing"
+        started = time.monotonic()
+        target = self.dest.path / job.local_dir.name
+        try:
+            if self.lease is not None:
+                if self.lease.lost:
+                    raise _LeaseLost(f"another writer took over {self.dest.path}")
+                self.lease.acquire(self._lease_owner)
+            self._own.add(("dest", target.name))
+            target.mkdir(parents=True)
+            written = job.write(target)
+            info = self.dest.commit(target, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
+                                    generation=job.generation, written=written)
+        except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
+            try:
+                remove_tree(target)
+            except OSError:
+                pass   # without a manifest it is a known leftover of this writer (pruned later)
+            self._direct_ok = False
+            with self._cond:
+                self.status.last_error = f"{type(exc).__name__}: {exc}"
+            self._warn(f"could not write checkpoint step {job.step} to {self.dest.path} ({exc}); training "
+                       f"continues, checkpoints are kept on local disk at {self.local.path} and copied to "
+                       f"{self.dest.path} with back-off until it works again")
+            return False
+        job.done_with_snapshot()
+        self.status.last_write_s, self.status.last_upload_s = time.monotonic() - started, 0.0
+        self._last_dest_commit = time.monotonic()
+        if self._warned:
+            log.warning("colabkit: destination %s is writable again; checkpoint step %s committed there",
+                        self.dest.path, job.step)
+            self._warned = False
+        with self._cond:
+            self._writing = None
+            self.status.last_local = self.status.last_uploaded = info
+            self.status.last_error = None
+            self._committed_seq = max(self._committed_seq, job.seq)
+            self._uploaded_seq = max(self._uploaded_seq, job.seq)
+            self._needs_upload = False   # the destination has the newest checkpoint
+            self.status.state = "idle"
+            self._cond.notify_all()
+        self._prune(self.dest)
+        return True
+
     def _upload(self) -> bool:
         """Upload the newest locally committed checkpoint. True on success (or nothing to do)."""
         with self._cond:
             seq, newest = self._committed_seq, self.status.last_local
-        if newest is None:
+        if newest is None or newest.path.parent == getattr(self.dest, "path", None):
             self._needs_upload = False
             return True
         self.status.state = "uploading"
@@ -262,6 +331,7 @@ class Uploader:
             log.warning("colabkit: destination %s is reachable again; checkpoint step %s uploaded",
                         self.dest.path, newest.step)
             self._warned = False
+        self._direct_ok = True
         with self._cond:
             self.status.last_uploaded = copied
             self.status.last_error = None

@@ -7,6 +7,9 @@ Cycles (each trial starts from a copy of a prepared destination on the Drive mou
 
 * ``save``: a VM that resumed step 3 of a folder holding steps 1, 2, 3 (keep=3) saves step 4 and closes:
   snapshot, local commit, lease, upload, manifest, retention.
+* ``save-local``: the same save, on a mount that shows as a FUSE filesystem over a local disk
+  (``fuse.mergerfs``) with no ``local_dir``: the store writes and commits the checkpoint there directly, once,
+  and stages it locally only when that fails.
 * ``restore``: a fresh VM restores a folder holding steps 100, 200, 300.
 
 Faults, at operation k = 1..N of the cycle (N counted by a dry run of the same cycle):
@@ -29,6 +32,7 @@ worker when it forks; the store's threads live in the children).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -50,7 +54,8 @@ KINDS = {
     "drop": ("drop-at {k} ENOTCONN", True),
     "kill": ("kill-at {k}", True),
 }
-CYCLES = {"save": ([1, 2, 3], 4), "restore": ([100, 200, 300], None)}
+CYCLES = {"save": ([1, 2, 3], 4), "save-local": ([1, 2, 3], 4), "restore": ([100, 200, 300], None)}
+LOCAL_DISK_SUBTYPE = "mergerfs"   # colabkit.mounts counts fuse.mergerfs as a local disk
 KEEP = 3
 NEVER = 10 ** 9
 
@@ -79,10 +84,14 @@ def _prepare(template: Path, steps: list[int], local: Path) -> None:
             ckpt.save(step, state(step), wait=True)
 
 
-def _save_trial(dest: Path, local: Path, control: Path, fault: str, persistent: bool, out: Path) -> None:
+def _save_trial(dest: Path, local: Path, control: Path, fault: str, persistent: bool, out: Path,
+                staged: bool = True) -> None:
+    """``staged=False``: no local_dir, the default staging folder under ``local`` (an empty cache)."""
     import colabkit
     _quick_retries()
-    ckpt = colabkit.Checkpoints(str(dest), local_dir=local, keep=KEEP, read_timeout=5)
+    if not staged:
+        os.environ["XDG_CACHE_HOME"] = str(local)
+    ckpt = colabkit.Checkpoints(str(dest), local_dir=local if staged else None, keep=KEEP, read_timeout=5)
     restored = ckpt.restore()
     out.write_text(json.dumps({"resumed": None if restored is None else restored.step}))
     set_control(control, fault)
@@ -92,6 +101,9 @@ def _save_trial(dest: Path, local: Path, control: Path, fault: str, persistent: 
         if persistent and ckpt.status.state == "retrying":
             break   # the mount stays down: the upload will not succeed in this trial
     ckpt.close(timeout=0.2 if persistent else 10)
+    result = json.loads(out.read_text())
+    result["staged"] = sorted(str(p.parent.relative_to(local)) for p in local.rglob("MANIFEST.json"))
+    out.write_text(json.dumps(result))
 
 
 def _restore_trial(dest: Path, local: Path, control: Path, fault: str, out: Path) -> None:
@@ -201,7 +213,12 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     os.environ["XDG_CACHE_HOME"] = str(base / "cache")
-    with mounted_drive(base, rate=None) as mount:
+    with contextlib.ExitStack() as mounts:
+        mount = mounts.enter_context(mounted_drive(base, rate=None))
+        local_disk = None
+        if "save-local" in cycles:
+            local_disk = mounts.enter_context(mounted_drive(
+                base / "local-disk", rate=None, extra_args=["--subtype", LOCAL_DISK_SUBTYPE]))
         counter = 0
 
         def fresh(name):
@@ -215,24 +232,27 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
             assert _in_child(_prepare, templates[cycle], steps, fresh("prep")) == 0
 
         def run(cycle: str, fault: str, persistent: bool) -> tuple[dict, dict, int, int]:
+            on = local_disk if cycle == "save-local" else mount
             name = f"t{index}-{fresh('n').name}"
-            shutil.copytree(templates[cycle], mount.backing / "MyDrive" / name)
-            dest, out = mount.my_drive / name, fresh("out")
-            set_control(mount.control, "ok")
-            if cycle == "save":
-                code = _in_child(_save_trial, dest, fresh("vm"), mount.control, fault, persistent, out)
+            shutil.copytree(templates[cycle], on.backing / "MyDrive" / name)
+            dest, out = on.my_drive / name, fresh("out")
+            set_control(on.control, "ok")
+            if cycle == "restore":
+                code = _in_child(_restore_trial, dest, fresh("vm"), on.control, fault, out)
             else:
-                code = _in_child(_restore_trial, dest, fresh("vm"), mount.control, fault, out)
+                code = _in_child(_save_trial, dest, fresh("vm"), on.control, fault, persistent, out,
+                                 cycle == "save")
             from drivefs import read_count
-            ops = read_count(mount.control)
-            set_control(mount.control, "ok")
+            ops = read_count(on.control)
+            set_control(on.control, "ok")
             check_out = fresh("check")
-            _in_child(_check, mount.backing / "MyDrive" / name, dest, fresh("vm"), check_out)
+            _in_child(_check, on.backing / "MyDrive" / name, dest, fresh("vm"), check_out)
             return _read(out), _read(check_out), code, ops
 
         for cycle in cycles:
-            _, _, _, n_ops = run(cycle, f"fail-op {NEVER} EIO", False)   # the dry run counts the operations
-            print(json.dumps({"cycle": cycle, "operations": n_ops}), flush=True)
+            # the dry run counts the operations, and shows where the save was staged
+            dry, _, _, n_ops = run(cycle, f"fail-op {NEVER} EIO", False)
+            print(json.dumps({"cycle": cycle, "operations": n_ops, "staged": dry.get("staged")}), flush=True)
             for kind in kinds:
                 template, persistent = KINDS[kind]
                 for k in range(1 + index * stride, n_ops + 1, of * stride):
@@ -248,27 +268,29 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
 def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tuple(CYCLES),
                  kinds=tuple(KINDS), script: str = __file__) -> dict:
     """Run the campaign in ``workers`` processes (``script worker ...``: this one, or gdrive_campaign.py);
-    returns {"trials": [...], "operations": {cycle: N}, "seconds": wall time}."""
+    returns {"trials": [...], "operations": {cycle: N}, "staged": {cycle: the checkpoints a healthy run of a
+    save cycle left in local staging}, "seconds": wall time}."""
     started = time.monotonic()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen([sys.executable, script, "worker", str(workdir), str(i), str(workers),
                                ",".join(cycles), ",".join(kinds), str(stride)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(workers)]
-    trials, operations, errors = [], {}, []
+    trials, operations, staged, errors = [], {}, {}, []
     for p in procs:
         out, err = p.communicate()
         for line in out.splitlines():
             row = json.loads(line)
             if "operations" in row:
                 operations[row["cycle"]] = row["operations"]
+                staged[row["cycle"]] = row.get("staged")
             else:
                 trials.append(row)
         if p.returncode != 0:
             errors.append(err[-3000:])
     if errors:
         raise RuntimeError("a campaign worker failed:\n" + "\n".join(errors))
-    return {"trials": trials, "operations": operations, "seconds": time.monotonic() - started}
+    return {"trials": trials, "operations": operations, "staged": staged, "seconds": time.monotonic() - started}
 
 
 def table(result: dict, kinds=KINDS, unit: str = "operations") -> str:

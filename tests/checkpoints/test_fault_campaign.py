@@ -1,5 +1,6 @@
 """The fault campaigns (campaign.py, gdrive_campaign.py): every filesystem operation of a save+retention cycle and
-of a restore fails in turn (EIO, ENOTCONN, ENOSPC, ETIMEDOUT), the mount drops at each one, and a kill -9 lands at
+of a restore fails in turn (EIO, ENOTCONN, ENOSPC, ETIMEDOUT; on a Drive-like mount, where saves are staged
+locally, and on a local-disk one, written directly), the mount drops at each one, and a kill -9 lands at
 each one; on gdrive:// every Drive API request fails in turn (5xx, a dropped connection, a lagging listing, an
 outage). A fresh process must then restore the newest verified checkpoint, nothing committed and kept may be
 gone, and a restore under a fault either restores the newest checkpoint or raises: never starts over silently."""
@@ -17,9 +18,12 @@ pytestmark = [pytest.mark.fuse, pytest.mark.slow, pytest.mark.subprocess_kill,
 def test_every_operation_of_a_save_and_a_restore_fails_in_turn_and_nothing_is_lost(tmp_path):
     result = campaign.run_campaign(tmp_path, workers=min(4, max(2, os.cpu_count() or 2)))
     ops = result["operations"]
-    assert ops["save"] > 50 and ops["restore"] > 20, ops   # the cycles really went through the mount
+    # the cycles really went through the mount
+    assert ops["save"] > 50 and ops["save-local"] > 50 and ops["restore"] > 20, ops
+    # a Drive-like mount is written through local staging; a local disk directly, nothing staged
+    assert result["staged"]["save"] and result["staged"]["save-local"] == [], result["staged"]
     trials = result["trials"]
-    assert len(trials) == len(campaign.KINDS) * (ops["save"] + ops["restore"])
+    assert len(trials) == len(campaign.KINDS) * sum(ops.values())
     kills = [t for t in trials if t["kind"] == "kill"]
     assert all(t["exit"] == -9 for t in kills), "kill-at must really kill the trial at its operation"
     bad = [t for t in trials if t["outcome"] != "ok"]

@@ -432,8 +432,12 @@ def test_an_exception_leaving_fit_commits_the_last_save_before_it_goes_on(tmp_pa
     with pytest.raises(Exception, match="broke|failed"):
         model.fit(batches(), steps_per_epoch=12, epochs=1, verbose=0, callbacks=[auto, Fails()])
     committed = CheckpointFolder(mount.backing / "MyDrive" / "run").committed()
-    # the callback fails at the 3rd batch's end (its save does not happen); the input, fetching the 4th batch
-    assert [c.step for c in committed][-1:] == [2 if where == "callback" else 3]
+    # a periodic save whose snapshot buffers are still being written is taken at a later batch, so which
+    # batches were saved varies; the last one taken must be on Drive. The callback fails at the 3rd batch's
+    # end (its save does not happen); the input, fetching the 4th batch.
+    saved = [int(detail.split()[1]) for _, kind, detail in auto.events if kind == "save"]
+    assert saved and saved[-1] <= (2 if where == "callback" else 3), auto.events
+    assert [c.step for c in committed][-1:] == saved[-1:]
     assert "is committed to" in capsys.readouterr().out
 
 

@@ -86,19 +86,15 @@ Everything else is a plain passthrough: getattr, readdir, open, create, read, wr
 truncate, statfs, chmod, utimens, mkdir, rmdir, unlink, rename, access, readlink. There are no extended
 attributes and no chown (the kernel answers EOPNOTSUPP / ENOSYS). Kernel attribute and entry caching is
 off (timeouts 0) so that a fault takes effect on the very next operation. The mount shows in /proc/mounts
-as ``drive MOUNTPOINT fuse.drive``, as Colab's does.
+as ``drive MOUNTPOINT fuse.drive``, as Colab's does
+(``--subtype mergerfs`` makes it ``fuse.mergerfs``: a FUSE filesystem over a local disk, which colabkit
+writes directly rather than staging).
 
 Note on kill-at: the kernel reports the calling THREAD's id (``fuse_get_context()`` in a libfuse worker);
 kill() of a thread id signals its whole thread group, and SIGKILL ends the whole process (checked by the tests
 with a non-main thread). The caller is blocked waiting for this operation's reply when it is killed, so it
 runs no more of its own code. Outside libfuse's worker threads ``fuse_get_context()`` returns garbage, so the
 context is only used after libfuse has called ``init``.
-
-Everything else is a plain passthrough: getattr, readdir, open, create, read, write, flush, fsync, release,
-truncate, statfs, chmod, utimens, mkdir, rmdir, unlink, rename, access, readlink. There are no extended
-attributes and no chown (the kernel answers EOPNOTSUPP / ENOSYS). Kernel attribute and entry caching is
-off (timeouts 0) so that a fault takes effect on the very next operation. The mount shows in /proc/mounts
-as ``drive MOUNTPOINT fuse.drive``, as Colab's does.
 
 Without ``--foreground`` the process daemonizes once mounted. Unmount with ``fusermount3 -u MOUNTPOINT`` (or
 send SIGTERM / SIGINT to the foreground process). For tests use ``drive_mount.mounted_drive`` (same folder).
@@ -629,6 +625,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="append 'K NAME PATH' for every counted operation to CONTROL.ops (needs --control)")
     parser.add_argument("--foreground", action="store_true", help="do not daemonize")
     parser.add_argument("--debug", action="store_true", help="libfuse debug output (implies --foreground)")
+    parser.add_argument("--subtype", default="drive",
+                        help="filesystem type shown in /proc/mounts: fuse.SUBTYPE (default %(default)s)")
     parser.add_argument("--max-threads", type=int, default=32, help="libfuse worker threads (default %(default)s)")
     args = parser.parse_args(argv)
 
@@ -651,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
                   open_latency=args.open_latency, control=os.path.abspath(args.control) if args.control else None,
                   log_ops=args.log_ops)
     mfusepy.FUSE(ops, mountpoint, foreground=args.foreground or args.debug, debug=args.debug,
-                 fsname="drive", subtype="drive", attr_timeout=0, entry_timeout=0, negative_timeout=0,
+                 fsname="drive", subtype=args.subtype, attr_timeout=0, entry_timeout=0, negative_timeout=0,
                  max_threads=args.max_threads, max_idle_threads=args.max_threads)
     return 0
 

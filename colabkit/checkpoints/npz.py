@@ -1,0 +1,321 @@
+"""``arrays.npz`` written and read in one pass: hashed on the way, no intermediate copies.
+
+The file is an ordinary uncompressed ``.npz`` (a zip of ``.npy`` members, as ``np.savez`` writes; ``np.load``
+reads it), written so that saving and restoring touch every byte as few times as possible:
+
+* writing streams each array's memory straight to the file (no ``tobytes`` chunk copies), computes the zip
+  CRC-32 on the way and the file's sha256 (the manifest's) in a second thread, and syncs the data to disk
+  while it writes, so that the final fsync has little left to do: the file is hashed and durable when
+  ``write`` returns, without being read back;
+* every member's data starts at a multiple of 64 bytes in the file (padding in the zip extra field, as
+  Android's zipalign does), so arrays read into an aligned buffer are aligned views that frameworks take
+  without another copy;
+* reading reads the file once into one buffer, hashing it in a second thread as it arrives, and returns the
+  arrays as views into that buffer (after the sha256 matched the manifest, which makes the zip CRCs
+  redundant); arrays under 1 MB are copied out, so that keeping one does not keep the buffer. Files this module did not write (``np.savez``'s, compressed members) are read with ``np.load``.
+
+Only numeric/string dtypes: an object array (which would need pickle) is refused when reading and writing.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import queue
+import struct
+import threading
+import time
+import zipfile
+import zlib
+
+import numpy as np
+
+CHUNK = 8 << 20            # write/read/hash granularity
+SYNC_EVERY = 32 << 20      # start writing back to disk after this many bytes, while writing goes on
+ALIGN = 64
+SMALL = 1 << 20            # arrays read back below this size are copies, not views of the file's buffer
+_PAD_ID = 0xD935           # extra field id for alignment padding (the one zipalign uses)
+_ZIP64_LIMIT = 0xFFFFFFFF
+
+
+class _Hasher:
+    """sha256 of a stream of buffers, computed in a thread of its own (hashlib releases the GIL)."""
+
+    def __init__(self):
+        self._digest = hashlib.sha256()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name="colabkit-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            while (item := self._queue.get()) is not None:
+                self._digest.update(item)
+        except BaseException as exc:  # pragma: no cover - hashlib does not fail on buffers
+            self._error = exc
+
+    def feed(self, data) -> None:
+        self._queue.put(data)
+
+    def hexdigest(self) -> str:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:  # pragma: no cover
+            raise self._error
+        return self._digest.hexdigest()
+
+    def abandon(self) -> None:
+        self._queue.put(None)
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)   # macOS and Windows have no fdatasync
+
+
+class _Syncer:
+    """Asks the kernel to write the file's data back while the writer goes on (fdatasync in a thread), so
+    the final fsync only waits for the tail."""
+
+    def __init__(self, fd: int):
+        self._fd, self._wanted, self._done = fd, 0, 0
+        self._cond = threading.Condition()
+        self._closed, self.error = False, None
+        self._thread = threading.Thread(target=self._run, name="colabkit-sync", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while self._wanted == self._done and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                wanted = self._wanted
+            try:
+                _datasync(self._fd)
+            except OSError as exc:   # reported by the final fsync, which runs whatever happens here
+                self.error = exc
+            with self._cond:
+                self._done = wanted
+
+    def written(self, offset: int) -> None:
+        with self._cond:
+            self._wanted = offset
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+
+def _npy_header(array: np.ndarray) -> bytes:
+    header = np.lib.format.header_data_from_array_1_0(array)
+    out = io.BytesIO()
+    writer = getattr(np.lib.format, "_write_array_header", None)
+    if writer is not None:
+        writer(out, header, None)   # picks format 1.0, or 2.0/3.0 for very long headers
+    else:  # pragma: no cover - numpy without the private helper
+        np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue()
+
+
+def _dos_time(now: float) -> tuple[int, int]:
+    t = time.localtime(now)
+    day = ((max(t.tm_year, 1980) - 1980) << 9) | (t.tm_mon << 5) | t.tm_mday
+    return (t.tm_hour << 11) | (t.tm_min << 5) | (t.tm_sec // 2), day
+
+
+def _raw_bytes(array: np.ndarray) -> memoryview:
+    return memoryview(array.reshape(-1).view(np.uint8))
+
+
+def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
+    """Write ``arrays`` (name -> ndarray) as an uncompressed .npz at ``path``; returns (sha256 hex, size).
+    With ``durable`` the data is on stable storage when this returns (fsync). Raises OSError as is."""
+    prepared = []
+    for key, array in arrays.items():
+        array = np.asarray(array)
+        if array.dtype.hasobject:
+            raise ValueError(f"array {key!r} has an object dtype, which cannot be stored without pickle")
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        name = f"{key}.npy"
+        prepared.append((name.encode("utf-8"), 0x0008 | (0 if name.isascii() else 0x0800), _npy_header(array), array))
+    mtime, mdate = _dos_time(time.time())
+    hasher = _Hasher()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags, 0o644)
+    syncer = _Syncer(fd) if durable else None
+    offset, synced, entries = 0, 0, []
+
+    def emit(data) -> None:
+        nonlocal offset, synced
+        view = memoryview(data)
+        while view.nbytes:
+            n = os.write(fd, view)
+            hasher.feed(view[:n])
+            view = view[n:]
+            offset += n
+        if syncer is not None and offset - synced >= SYNC_EVERY:
+            synced = offset
+            syncer.written(offset)
+
+    try:
+        for name, flags, header, array in prepared:
+            size = len(header) + array.nbytes
+            start = offset
+            fixed = 30 + len(name) + 20 + 4   # local header + zip64 extra + the padding field's own header
+            pad = -(start + fixed) % ALIGN
+            # sizes and CRC follow the data (data descriptor), as zipfile writes them to a stream
+            extra = struct.pack("<HHQQ", 1, 16, 0, 0) + struct.pack("<HH", _PAD_ID, pad) + b"\0" * pad
+            emit(struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, flags, 0, mtime, mdate, 0, _ZIP64_LIMIT,
+                             _ZIP64_LIMIT, len(name), len(extra)) + name + extra)
+            crc = zlib.crc32(header)
+            emit(header)
+            raw = _raw_bytes(array)
+            for at in range(0, raw.nbytes, CHUNK):
+                chunk = raw[at:at + CHUNK]
+                crc = zlib.crc32(chunk, crc)
+                emit(chunk)
+            emit(struct.pack("<IIQQ", 0x08074B50, crc, size, size))
+            entries.append((name, flags, crc, size, start))
+        cd_start = offset
+        central = bytearray()
+        for name, flags, crc, size, start in entries:
+            extra = struct.pack("<HHQQQ", 1, 24, size, size, start)
+            central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45 | (3 << 8), 45, flags, 0, mtime, mdate,
+                                   crc, _ZIP64_LIMIT, _ZIP64_LIMIT, len(name), len(extra), 0, 0, 0, 0o100644 << 16,
+                                   _ZIP64_LIMIT) + name + extra
+        cd_size = len(central)
+        eocd64_at = cd_start + cd_size
+        n = len(entries)
+        central += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, n, n, cd_size, cd_start)
+        central += struct.pack("<IIQI", 0x07064B50, 0, eocd64_at, 1)
+        central += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF),
+                               min(cd_size, _ZIP64_LIMIT), _ZIP64_LIMIT, 0)
+        emit(central)
+        digest = hasher.hexdigest()
+        if syncer is not None:
+            syncer.close()
+            if syncer.error is not None:   # an error seen by one fdatasync is not reported to the next
+                raise syncer.error
+            os.fsync(fd)
+    except BaseException:
+        hasher.abandon()
+        if syncer is not None:
+            syncer.close()
+        os.close(fd)
+        raise
+    os.close(fd)
+    return digest, offset
+
+
+def read_into_memory(path, *, expected_size: int | None = None) -> tuple[memoryview, str]:
+    """The file's bytes (in a 64-byte aligned, writable buffer) and their sha256, read once. With
+    ``expected_size``, a file of another size raises EOFError (without reading more than one byte past it)."""
+    with open(path, "rb", buffering=0) as fh:
+        size = os.fstat(fh.fileno()).st_size if expected_size is None else expected_size
+        backing = np.empty(size + ALIGN, np.uint8)
+        skip = -backing.ctypes.data % ALIGN
+        view = memoryview(backing)[skip:skip + size]
+        hasher = _Hasher()
+        got = 0
+        try:
+            while got < size:
+                n = fh.readinto(view[got:got + CHUNK])
+                if not n:
+                    break
+                hasher.feed(view[got:got + n])
+                got += n
+            extra = fh.read(1) if got == size else b""
+        except BaseException:
+            hasher.abandon()
+            raise
+        digest = hasher.hexdigest()
+    if got != size or extra:
+        raise EOFError(f"{path} is {'shorter' if got < size else 'longer'} than {size} bytes")
+    return view, digest
+
+
+def load(buffer, *, where: str = "arrays.npz") -> dict:
+    """Arrays of an .npz held in memory (``buffer``), as views into it where the members are stored
+    uncompressed and not small (copies otherwise). No pickles: object arrays raise ValueError."""
+    with zipfile.ZipFile(_BufferFile(buffer)) as archive:
+        infos = archive.infolist()
+        arrays = {}
+        view = memoryview(buffer)
+        for info in infos:
+            key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+                with archive.open(info) as member:
+                    arrays[key] = np.lib.format.read_array(member, allow_pickle=False)
+                continue
+            local = bytes(view[info.header_offset:info.header_offset + 30]) if info.header_offset >= 0 else b""
+            if len(local) < 30 or local[:4] != b"PK\x03\x04":
+                raise zipfile.BadZipFile(f"{where}: bad local header for {info.filename}")
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name_len + extra_len
+            member = view[start:start + info.file_size]
+            if member.nbytes != info.file_size:
+                raise zipfile.BadZipFile(f"{where}: {info.filename} is truncated")
+            array = _npy_view(member, f"{where}:{info.filename}")
+            # small arrays are copied out, so that keeping one does not keep the whole file's buffer alive
+            arrays[key] = array.copy() if array.nbytes < SMALL else array
+    return arrays
+
+
+def _npy_view(member: memoryview, where: str) -> np.ndarray:
+    head = io.BytesIO(bytes(member[:min(member.nbytes, 1 << 20)]))
+    version = np.lib.format.read_magic(head)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
+    else:  # 3.0 (utf-8 field names) or newer: let numpy read it, as a copy
+        return np.lib.format.read_array(io.BytesIO(bytes(member)), allow_pickle=False)
+    if dtype.hasobject:
+        raise ValueError(f"{where} holds an object array, which cannot be loaded without pickle")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    offset = head.tell()
+    if member.nbytes - offset != count * dtype.itemsize:
+        raise ValueError(f"{where}: {member.nbytes - offset} data bytes for shape {shape} of {dtype}")
+    flat = np.frombuffer(member, dtype=dtype, count=count, offset=offset)
+    return flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
+
+
+class _BufferFile(io.RawIOBase):
+    """A read-only file over a buffer, without copying it (io.BytesIO would); zipfile reads only the
+    directory and headers through it."""
+
+    def __init__(self, buffer):
+        super().__init__()
+        self._view, self._pos = memoryview(buffer), 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._pos
+
+    def seek(self, offset, whence=0):
+        base = {0: 0, 1: self._pos, 2: self._view.nbytes}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b):
+        data = self._view[self._pos:self._pos + len(b)]
+        n = data.nbytes
+        memoryview(b).cast("B")[:n] = data
+        self._pos += n
+        return n
+
+    def read(self, size=-1):
+        end = self._view.nbytes if size is None or size < 0 else min(self._view.nbytes, self._pos + size)
+        data = bytes(self._view[self._pos:end])
+        self._pos = end
+        return data

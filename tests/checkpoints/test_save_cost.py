@@ -1,0 +1,287 @@
+"""What a save and a resume cost, as behaviour (not time): one set of snapshot buffers, one copy per variable,
+a local destination written once, a resume that reads each file once. The times are in bench/save_cost.py."""
+import importlib.util
+import json
+import threading
+import time
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+import colabkit  # noqa: E402
+import colabkit.keras as ck  # noqa: E402
+from colabkit.checkpoints import folder, npz, state as ck_state  # noqa: E402
+from colabkit.checkpoints.folder import CheckpointFolder  # noqa: E402
+from colabkit.checkpoints.manifest import MANIFEST_NAME  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
+
+HERE = Path(__file__).parent
+_spec = importlib.util.spec_from_file_location("ck_workers", HERE / "workers.py")
+workers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(workers)
+
+
+def wide_model(width=256):
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(width), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+@pytest.fixture
+def skips_busy_saves(monkeypatch):
+    """These models are tiny: make their periodic saves behave as a large state's do (never wait for a set)."""
+    monkeypatch.setenv("COLABKIT_SMALL_STATE_MB", "0")
+
+
+def state_nbytes(model):
+    return sum(np.asarray(v.numpy()).nbytes for v in [*model.variables, *model.optimizer.variables])
+
+
+class SlowWriter:
+    """Holds every background write of arrays.npz until released, so that saves arrive while the previous
+    snapshot is still being written."""
+
+    def __init__(self, monkeypatch):
+        self.gate, self.writes = threading.Event(), 0
+        real = npz.write
+
+        def write(*a, **kw):
+            self.writes += 1
+            self.gate.wait(30)
+            return real(*a, **kw)
+        monkeypatch.setattr(npz, "write", write)
+
+
+def test_a_save_while_the_previous_is_written_takes_no_second_set_and_resume_is_exact(tmp_path, ck_env,
+                                                                                     monkeypatch, skips_busy_saves):
+    model = wide_model(512)
+    x = np.random.RandomState(0).rand(8 * 12, 512).astype("float32")
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0)   # traced before memory is counted
+    slow = SlowWriter(monkeypatch)
+    saves = []
+
+    class Watch(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            saves.append(auto.checkpoints._seq)
+            if batch == 8:   # the first write ends; the save due since is taken at the next batch end
+                slow.gate.set()
+                assert wait_for(lambda: auto.checkpoints.status.last_uploaded is not None)
+
+    auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=1, deadline=None, verbose=0)
+    tracemalloc.start()
+    try:
+        model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    nbytes = state_nbytes(model)
+    assert auto._buffers.sets_allocated == 1, "one set of snapshot buffers by default"
+    assert peak < 1.5 * nbytes, f"snapshots took {peak} bytes of host memory for {nbytes} bytes of state"
+    assert saves[8] == 1 and set(saves[:9]) <= {0, 1}, f"saves due during the first write waited: {saves}"
+    assert saves[9] == 2, f"and were taken once it was written: {saves}"
+    # the final save (end of training) waited for the set and holds the last state
+    resumed = wide_model(512)
+    again = colabkit.keras.AutoResume(str(tmp_path / "run"), deadline=None, verbose=0)
+    again.set_model(resumed)
+    again.on_train_begin()
+    again._restore_signal_handlers()
+    assert again.restored.step == 12
+    for a, b in zip([*model.variables, *model.optimizer.variables], [*resumed.variables, *resumed.optimizer.variables]):
+        np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))
+
+
+def test_spare_buffer_sets_trade_memory_for_taking_every_save_at_once(tmp_path, ck_env, monkeypatch,
+                                                                      skips_busy_saves):
+    monkeypatch.setenv("COLABKIT_SNAPSHOT_BUFFERS", "2")
+    model = wide_model(64)
+    x = np.random.RandomState(0).rand(8 * 8, 64).astype("float32")
+    slow = SlowWriter(monkeypatch)
+    seqs = []
+
+    class Watch(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seqs.append(auto.checkpoints._seq)   # AutoResume's save of this batch comes after this
+            if batch < 4:   # a new set is touched in the background (microseconds here) before its first use
+                time.sleep(0.1)
+            if batch == 6:
+                slow.gate.set()
+
+    auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=1, deadline=None, verbose=0)
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
+    assert auto._buffers.sets_allocated == 2
+    assert slow.writes >= 1 and seqs[4:8] == list(range(seqs[4], seqs[4] + 4)) and seqs[4] >= 2, \
+        f"while the first snapshot is being written, every save is taken when it is due: {seqs}"
+    assert auto.checkpoints.status.saves_dropped >= 3, "snapshots waiting behind the write were replaced"
+
+
+def test_a_snapshot_waiting_behind_a_slow_upload_is_replaced_in_the_same_buffers(tmp_path, ck_env, monkeypatch,
+                                                                                skips_busy_saves):
+    model = wide_model(64)
+    x = np.random.RandomState(0).rand(8 * 8, 64).astype("float32")
+    gate, real = threading.Event(), folder.CheckpointFolder.copy_in
+    monkeypatch.setattr(folder.CheckpointFolder, "copy_in", lambda self, *a, **kw: gate.wait(30) and real(self, *a, **kw))
+    seqs = []
+
+    class Watch(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seqs.append(auto.checkpoints._seq)   # AutoResume's save of this batch comes after this
+            if batch == 1:   # the set asked for at batch 0 is touched (microseconds here) before this save
+                time.sleep(0.1)
+            if batch == 2:   # the first snapshot is committed locally and its upload hangs
+                assert wait_for(lambda: auto.checkpoints.status.state == "uploading")
+
+    auto = colabkit.keras.AutoResume(str(tmp_path / "drive"), save_freq=1, deadline=None, verbose=0,
+                                     local_dir=tmp_path / "local")
+    threading.Timer(1.0, gate.set).start()
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
+    assert auto._buffers.sets_allocated == 1
+    assert seqs[3:] == list(range(seqs[3], seqs[3] + 5)), f"every later save was taken when due: {seqs}"
+    assert auto.checkpoints.status.saves_dropped >= 4, "each replaced the one waiting behind the upload"
+    assert CheckpointFolder(tmp_path / "drive").committed()[-1].step == 8
+
+
+def test_a_small_state_is_saved_at_every_batch_a_save_is_due_even_when_writes_are_slower(tmp_path, ck_env,
+                                                                                         monkeypatch):
+    model = wide_model(64)
+    x = np.random.RandomState(0).rand(8 * 12, 64).astype("float32")
+    real = npz.write
+    monkeypatch.setattr(npz, "write", lambda *a, **kw: time.sleep(0.05) or real(*a, **kw))   # slower than a batch
+    auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=1, deadline=None, verbose=0)
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto])
+    saved = [int(detail.split()[1]) for _, kind, detail in auto.events if kind == "save"]
+    assert saved == list(range(1, 13)), f"each batch's save was taken at that batch: {saved}"
+    assert auto._buffers.sets_allocated == 1
+    assert CheckpointFolder(tmp_path / "run").committed()[-1].step == 12
+
+
+def test_a_snapshot_copies_each_variable_once_and_is_independent_of_later_updates():
+    model = wide_model(32)
+    variable = model.layers[0].kernel
+    view = ck._host_value(variable)
+    live = np.asarray(variable.value.value())
+    if type(variable.value).__module__.startswith("tensorflow") and "CPU" in variable.value.device.upper():
+        assert np.shares_memory(view, live), "the read of a CPU variable is viewed, not copied (.numpy() would copy)"
+    buffer = np.empty(view.shape, view.dtype)
+    del view, live
+    before = np.array(variable.numpy())
+    ck._copy_into(buffer, variable)
+    variable.assign_add(np.ones(variable.shape, "float32"))
+    np.testing.assert_array_equal(buffer, before)
+
+
+def test_a_local_destination_is_written_once_and_committed_there(tmp_path, ck_env, monkeypatch):
+    copies = []
+    real_copy = folder.copy_file
+    monkeypatch.setattr(folder, "copy_file", lambda *a, **kw: copies.append(a) or real_copy(*a, **kw))
+    dest = tmp_path / "dest"
+    with colabkit.Checkpoints(str(dest)) as ckpt:
+        assert ckpt.save(5, {"w": np.arange(1000.0)}, wait=True)
+        staging = ckpt.local.path
+    assert not copies, "nothing was copied: the checkpoint was written where it is kept"
+    assert not staging.exists() or not [p for p in staging.iterdir() if p.name.startswith("ckpt-")], \
+        "nothing was staged"
+    [info] = CheckpointFolder(dest).committed()
+    CheckpointFolder(dest).verify(info, full=True)
+    with np.load(info.path / "arrays.npz", allow_pickle=False) as arrays:   # an ordinary .npz
+        np.testing.assert_array_equal(arrays["a0"], np.arange(1000.0))
+    assert json.loads((info.path / MANIFEST_NAME).read_text())["step"] == 5
+
+
+def test_a_local_destination_that_fails_is_staged_and_caught_up_then_written_directly_again(tmp_path, ck_env,
+                                                                                          monkeypatch):
+    import colabkit.checkpoints.uploader as uploader
+    monkeypatch.setattr(uploader, "BACKOFF_START", 0.05)
+    dest = tmp_path / "dest"
+    dest.parent.mkdir(exist_ok=True)
+    dest.write_text("not a folder")          # writing there fails (ENOTDIR)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckpt = colabkit.Checkpoints(str(dest))
+        ckpt.save(1, {"w": np.ones(10)})
+        assert not ckpt.wait(0.5)
+        staged = CheckpointFolder(ckpt.local.path).committed()
+        assert [c.step for c in staged] == [1], "the checkpoint is kept on local disk meanwhile"
+        dest.unlink()                        # the destination is back: the staged checkpoint is copied there
+        assert ckpt.wait(10)
+        ckpt.save(2, {"w": np.full(10, 2.0)}, wait=True)
+        ckpt.close()
+    assert len([w for w in caught if "could not write checkpoint step 1" in str(w.message)]) == 1
+    assert [c.step for c in CheckpointFolder(dest).committed()] == [1, 2]
+    assert [c.step for c in CheckpointFolder(ckpt.local.path).committed()] == [1], "step 2 went directly"
+    assert colabkit.Checkpoints(str(dest)).restore().state["w"][0] == 2.0
+
+
+def test_resume_reads_each_file_once_without_a_local_copy_and_rejects_a_damaged_one(tmp_path, ck_env,
+                                                                                  monkeypatch):
+    dest = tmp_path / "dest"
+    with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm1", keep=3) as ckpt:
+        for step in (1, 2):
+            ckpt.save(step, {"w": np.full(200_000, float(step)), "step": step}, wait=True)
+    reads, copies = [], []
+    real_read = npz.read_into_memory
+    monkeypatch.setattr(npz, "read_into_memory", lambda path, **kw: reads.append(Path(path).name) or
+                        real_read(path, **kw))
+    real_copy = folder.copy_file
+    monkeypatch.setattr(folder, "copy_file", lambda *a, **kw: copies.append(a) or real_copy(*a, **kw))
+    fresh = colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm2")
+    restored = fresh.restore()
+    assert restored.step == 2 and restored.state["w"][0] == 2.0 and restored.state["step"] == 2
+    assert sorted(reads) == ["arrays.npz", "state.json"] and not copies
+    assert restored.state["w"].ctypes.data % 64 == 0, "arrays are aligned views of what was read"
+    fresh.close()
+    newest = CheckpointFolder(dest).committed()[-1]
+    data = bytearray((newest.path / "arrays.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (newest.path / "arrays.npz").write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        restored = colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm3").restore()
+    assert restored.step == 1 and restored.state["w"][0] == 1.0
+    assert any("damaged" in str(w.message) and "sha256" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    np.array(2.5), np.zeros((0, 3)), np.array(["a", "bcd"]), np.array([True, False]),
+    np.arange(6, dtype=np.int8)[::2], np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")]),
+], ids=["f32", "fortran", "0d", "empty", "str", "bool", "strided", "structured"])
+def test_npz_round_trip_is_an_ordinary_npz_with_aligned_members(tmp_path, array):
+    import hashlib
+    import zipfile
+    path = tmp_path / "a.npz"
+    digest, size = npz.write(path, {"a0": array, "a1": np.ones(200_000)})
+    raw = path.read_bytes()
+    assert (digest, size) == (hashlib.sha256(raw).hexdigest(), len(raw))
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None   # CRCs right
+    with np.load(path, allow_pickle=False) as loaded:
+        np.testing.assert_array_equal(loaded["a0"], array)
+    buffer, digest2 = npz.read_into_memory(path)
+    assert digest2 == digest
+    arrays = npz.load(buffer)
+    np.testing.assert_array_equal(arrays["a0"], array)
+    assert arrays["a0"].dtype == array.dtype and arrays["a1"].ctypes.data % 64 == 0   # a view, aligned
+    assert arrays["a0"].base is None or arrays["a0"].nbytes >= npz.SMALL, "small arrays are copies"
+
+
+def test_npz_reads_what_np_savez_wrote_and_refuses_object_arrays(tmp_path):
+    old = tmp_path / "old.npz"
+    np.savez(old, a0=np.arange(5), a1=np.eye(3))
+    arrays = ck_state._npz.load(npz.read_into_memory(old)[0])
+    np.testing.assert_array_equal(arrays["a1"], np.eye(3))
+    np.savez_compressed(tmp_path / "c.npz", a0=np.arange(5))
+    np.testing.assert_array_equal(npz.load(npz.read_into_memory(tmp_path / "c.npz")[0])["a0"], np.arange(5))
+    with pytest.raises(ValueError, match="object"):
+        npz.write(tmp_path / "o.npz", {"a0": np.array([{}], dtype=object)})
+    np.save(tmp_path / "obj.npy", np.array([{}], dtype=object), allow_pickle=True)
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "obj.npz", "w") as archive:
+        archive.write(tmp_path / "obj.npy", "a0.npy")
+    with pytest.raises(ValueError, match="pickle|object"):
+        npz.load(npz.read_into_memory(tmp_path / "obj.npz")[0])
