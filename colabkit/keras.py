@@ -1059,8 +1059,12 @@ class _StateLayout:
         self.by_path = {}      # path -> variable
         self.optimizers = []   # (path, optimizer), outer ones first
         self.groups = ([], [], [])
-        self._seen = set()
+        # id -> what was visited, held until the walk ends: many values are new objects on every access
+        # (Sequential.layers is a new list each time), and one freed during the walk would hand its id to a
+        # later one, which would then be skipped as seen
+        self._seen = {}
         self._visit(model, "")
+        del self._seen
         # anything Keras lists that the walk did not reach (the lists the model itself offers)
         optimizer = getattr(model, "optimizer", None)
         for group, where, variables in ((0, "variables", model.variables),
@@ -1087,7 +1091,7 @@ class _StateLayout:
     def _visit(self, obj, path):
         if id(obj) in self._seen:
             return
-        self._seen.add(id(obj))
+        self._seen[id(obj)] = obj
         if isinstance(obj, keras.optimizers.Optimizer):
             self.optimizers.append((path, obj))
             own, group = obj.variables, 1
@@ -1110,7 +1114,7 @@ class _StateLayout:
         elif _is_saveable(child):
             self._visit(child, path)
         elif isinstance(child, (list, tuple, dict)) and id(child) not in self._seen:
-            self._seen.add(id(child))
+            self._seen[id(child)] = child
             used = {}
             for item in (child.values() if isinstance(child, dict) else child):
                 if isinstance(item, _SEED_GENERATOR) or _is_saveable(item):

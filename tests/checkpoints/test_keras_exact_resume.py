@@ -237,9 +237,6 @@ def _equivalence(tmp_path, env, case, epochs=3, **interruption):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(sys.version_info >= (3, 12), strict=True,
-                   reason="known defect: on Python 3.12 the resumed run leaves the GAN's g_opt unbuilt "
-                          "(2 of its 10 variables), so it is not restored")
 def test_gan_with_two_optimizers_resumes_bit_exactly_in_a_fresh_process(tmp_path, ck_env):
     expected, resumed, differing, _ = _equivalence(tmp_path, ck_env, "gan", sigterm_at=[1, 2])
     assert resumed["restored"] == [8 + 3, 1, 3]
