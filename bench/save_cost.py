@@ -389,6 +389,9 @@ def main():
     parser.add_argument("--no-kill", action="store_true")
     parser.add_argument("--kill-only", action="store_true", help="only the kill test")
     parser.add_argument("--no-mount", action="store_true")
+    parser.add_argument("--drive-read-rate", type=float, default=50e6,
+                        help="read throughput (bytes/s) of the Drive-like mount's resume row (Drive reads tens of "
+                             "MB/s); 0: leave that row out")
     parser.add_argument("--worker")
     parser.add_argument("--resume-worker", nargs=2)
     args = parser.parse_args()
@@ -481,12 +484,15 @@ def main():
     reason = "--no-mount" if args.no_mount else fuse_unavailable_reason()
     if reason is None:
         places["FUSE mount (20 MB/s writes)"] = "mount"
+        if args.drive_read_rate:
+            places[f"FUSE mount read at {args.drive_read_rate / 1e6:.0f} MB/s (Drive-like)"] = "slow-mount"
     else:
         print(f"\n(no FUSE mount: {reason})")
     with contextlib.ExitStack() as stack:
         for place, kind in places.items():
-            if kind == "mount":
-                drive = stack.enter_context(mounted_drive(tmp / "fuse", rate=None))
+            if kind in ("mount", "slow-mount"):
+                drive = stack.enter_context(mounted_drive(
+                    tmp / kind, rate=None, read_rate=args.drive_read_rate if kind == "slow-mount" else None))
                 dest = drive.my_drive / "resume"
             else:
                 dest = tmp / "resume"
@@ -506,7 +512,7 @@ def main():
                 resumes.append(took)
                 restores.append(restore)
                 applies.append(apply)
-            key = "resume" if kind is None else "resume_mount"
+            key = {None: "resume", "mount": "resume_mount", "slow-mount": "resume_drive_like"}[kind]
             ratios[key] = median(resumes) / median(reads)
             sha = sha256_time(ckpt_dir)
             print(f"\n3. resume from {place} (a fresh process each time, state identical): median "

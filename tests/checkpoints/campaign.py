@@ -268,7 +268,8 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
 def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tuple(CYCLES),
                  kinds=tuple(KINDS), script: str = __file__) -> dict:
     """Run the campaign in ``workers`` processes (``script worker ...``: this one, or gdrive_campaign.py);
-    returns {"trials": [...], "operations": {cycle: N}, "staged": {cycle: the checkpoints a healthy run of a
+    returns {"trials": [...], "operations": {cycle: N, the fewest any worker's dry run counted: readahead can
+    add one}, "staged": {cycle: the checkpoints a healthy run of a
     save cycle left in local staging}, "seconds": wall time}."""
     started = time.monotonic()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -281,8 +282,8 @@ def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tup
         out, err = p.communicate()
         for line in out.splitlines():
             row = json.loads(line)
-            if "operations" in row:
-                operations[row["cycle"]] = row["operations"]
+            if "operations" in row:   # each worker's dry run: the fewest is what every worker covers
+                operations[row["cycle"]] = min(row["operations"], operations.get(row["cycle"], row["operations"]))
                 staged[row["cycle"]] = row.get("staged")
             else:
                 trials.append(row)
