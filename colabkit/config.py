@@ -118,10 +118,10 @@ FIELDS = (
            "Sets of host buffers (each the size of the training state) AutoResume snapshots into. 1: a save "
            "due while the previous snapshot is still being written is taken at a later batch, when that write "
            "is done; 2 or more: it is taken at once into a spare set, for that much more memory."),
-    _Field("small_state_mb", _megabytes, 64.0, "a number of megabytes, 0 or more",
+    _Field("small_state_mb", _megabytes, 16.0, "a number of megabytes, 0 or more",
            "Training states up to this size are saved at every batch a save is due: a periodic save waits for "
-           "the previous snapshot's write (milliseconds at this size) instead of moving to a later batch. "
-           "0: periodic saves never wait."),
+           "what is left of the previous snapshot's write (at most one durable write of the state: up to "
+           "~0.1 s at 16 MB) instead of moving to a later batch. 0: periodic saves never wait."),
     _Field("cache_dir", _path_or_auto, AUTO, 'a folder path, or "auto"',
            "Fast local disk for checkpoint staging. auto: the platform cache dir (~/.cache/colabkit on Linux)."),
     _Field("memory_growth", _bool, True, "true or false",
@@ -151,7 +151,7 @@ class Settings:
     drive_credentials: Any = AUTO
     read_timeout: float = 120.0
     snapshot_buffers: int = 1
-    small_state_mb: float = 64.0
+    small_state_mb: float = 16.0
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir

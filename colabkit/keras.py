@@ -45,7 +45,7 @@ from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 log = logging.getLogger("colabkit")
 
 # Input pipelines that restart from their first batch every epoch, so skipping k batches positions them.
-_POSITIONABLE_ADAPTERS = {"ArrayDataAdapter", "TFDatasetAdapter", "PyDatasetAdapter", "TorchDataLoaderAdapter",
+_POSITIONABLE_ADAPTERS = {"ArrayDataAdapter", "PyDatasetAdapter", "TorchDataLoaderAdapter",
                           "GrainDatasetAdapter"}
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
 FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
@@ -278,6 +278,12 @@ class AutoResume(keras.callbacks.Callback):
                     if name in saved[key]:
                         setattr(callback, name, saved[key][name])
 
+    def _drop_restored_arrays(self):
+        """Once assigned, the restored arrays are let go: they are views of the checkpoint's whole file."""
+        if self.restored is not None:
+            for group in ("model", "optimizer", "metrics"):
+                self.restored.state.pop(group, None)
+
     def _restore_callback_settings(self):
         for callback, append in self._csv_appending:
             callback.append = append
@@ -337,6 +343,8 @@ class AutoResume(keras.callbacks.Callback):
                 self._direct(self.on_train_begin, *args, **kwargs)
                 call(*args, **kwargs)
                 self._restore_callback_states()
+                if self._reapply is None:
+                    self._drop_restored_arrays()
             elif name == "on_train_end":
                 self._direct(self.on_train_end, *args, **kwargs)
                 try:
@@ -363,6 +371,7 @@ class AutoResume(keras.callbacks.Callback):
                 if plan is not None:
                     self._assign(plan)
                     self._restore_callback_states()
+                    self._drop_restored_arrays()
             else:
                 call(*args, **kwargs)
         except BaseException as exc:
@@ -459,6 +468,10 @@ class AutoResume(keras.callbacks.Callback):
 
     def _restore_and_position(self):
         restored = self.checkpoints.restore()
+        if restored is not None and restored.state.get("callbacks"):
+            # their own arrays: a callback keeping one (EarlyStopping's best_weights) would otherwise keep the
+            # whole checkpoint's buffer alive for the run
+            restored.state["callbacks"] = _own_copy(restored.state["callbacks"])
         self.restored = restored
         self._input = attach_input(sys._getframe(1), self.model)
         if restored is None:
@@ -749,22 +762,27 @@ class AutoResume(keras.callbacks.Callback):
     def _save(self, position, *, reason: str, wait=False, event: str = "save") -> bool:
         epoch, batch = position
         model_vars, opt_vars, metric_vars = self._variables()
+        everything = [*model_vars, *opt_vars, *metric_vars]
+        self._state_nbytes = _nbytes(everything)   # optimizers built in the first step count from then on
         periodic = reason in ("save_freq", "every")
-        buffers = self._buffers.take([*model_vars, *opt_vars, *metric_vars],
-                                     wait=not periodic or self._buffers.is_small(self._state_nbytes),
+        buffers = self._buffers.take(everything, wait=not periodic or self._buffers.is_small(self._state_nbytes),
                                      reclaim=self.checkpoints._drop_pending)
         if buffers is None:   # the previous snapshot is still being written: the next batch end asks again
             return False
         arrays = iter(buffers)
         copy = lambda variables: [_copy_into(next(arrays), v) for v in variables]  # noqa: E731
-        state = {
-            "model": copy(model_vars), "model_paths": self._paths_of(model_vars),
-            "optimizer": copy(opt_vars), "optimizer_paths": self._paths_of(opt_vars),
-            "metrics": copy(metric_vars), "metrics_paths": self._paths_of(metric_vars),
-            "rng": self._rng_state(), "layout": _LAYOUT, "optimizer_builds": self._optimizer_builds(),
-            "callbacks": self._callback_states(),
-            "input": self._input.state(position),
-        }
+        try:
+            state = {
+                "model": copy(model_vars), "model_paths": self._paths_of(model_vars),
+                "optimizer": copy(opt_vars), "optimizer_paths": self._paths_of(opt_vars),
+                "metrics": copy(metric_vars), "metrics_paths": self._paths_of(metric_vars),
+                "rng": self._rng_state(), "layout": _LAYOUT, "optimizer_builds": self._optimizer_builds(),
+                "callbacks": self._callback_states(),
+                "input": self._input.state(position),
+            }
+        except BaseException:   # a callback's get_state() failing, a second interrupt: the set is free again
+            self._buffers.give_back(buffers)
+            raise
         ok = self.checkpoints.save(self._step, state, epoch=epoch, batch=batch, wait=wait, _copy_arrays=False,
                                    info={"reason": reason}, _release=lambda: self._buffers.give_back(buffers))
         self._last_saved_position, self._saved_in_run, self._last_saved_step = position, True, self._step
@@ -898,8 +916,8 @@ class _SnapshotBuffers:
         from .config import load
         settings = load()
         self.sets = settings.snapshot_buffers if sets is None else sets
-        # a small state's write takes milliseconds: a periodic save waits for it rather than move to a later
-        # batch, so that every due save is taken (as BackupAndRestore does), and its set is touched inline
+        # a small state's write is short: a periodic save waits for it rather than move to a later batch, so
+        # that every due save is taken (as BackupAndRestore does), and its set is touched inline
         self.small_bytes = settings.small_state_mb * 1e6
         self.sets_allocated = 0     # sets allocated so far (tests and benchmarks read it)
         self._free, self._layout, self._alive = [], None, 0
@@ -940,7 +958,9 @@ class _SnapshotBuffers:
                     continue
                 if self._free:
                     continue
-                log.warning("colabkit: no snapshot buffer came back in %.0fs; allocating another set", self.WAIT_S)
+                log.warning("colabkit: no snapshot buffer came back in %.0fs (the previous checkpoint's write is "
+                            "still running: a slow or hung destination disk); allocating another set, the size "
+                            "of the training state", self.WAIT_S)
                 self._alive += 1
                 self.sets_allocated += 1
             return [np.empty(shape, dtype) for shape, dtype in layout]
@@ -968,7 +988,7 @@ class _SnapshotBuffers:
                 self.sets_allocated += 1
                 self._free.append(buffers)
                 self._untouched.add(id(buffers))
-        return sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout)
+        return _nbytes(variables)
 
     def _touch_then_give_back(self, buffers: list) -> None:
         """Fault the set's pages in, in a background thread (page faults are most of the cost of a first copy
@@ -989,6 +1009,10 @@ class _SnapshotBuffers:
             else:
                 self._alive -= 1   # of another layout, or an extra set: let it go
             self._cond.notify_all()
+
+
+def _nbytes(variables) -> int:
+    return sum(int(np.prod(v.shape)) * np.dtype(_dtype_name(v)).itemsize for v in variables)
 
 
 def _dtype_name(variable) -> str:
@@ -1180,6 +1204,17 @@ def _detached(value):
         return [_detached(item) for item in value]
     if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not isinstance(value, (str, bytes))):
         return np.array(value, copy=True)
+    return value
+
+
+def _own_copy(value):
+    """``value`` with every NumPy array in it (in lists and dicts) copied."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: _own_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_own_copy(v) for v in value)
     return value
 
 

@@ -147,6 +147,19 @@ class Checkpoints:
         wait: True blocks until the checkpoint is on the destination; a number waits at most that many
         seconds. Returns True when the checkpoint is committed as asked (always True without ``wait``).
         """
+        try:
+            self._submit(step, state, epoch=epoch, batch=batch, info=info, copy_arrays=_copy_arrays,
+                         release=_release)
+        except BaseException:
+            if _release is not None:   # not handed over: the caller's buffers are free again
+                _release()
+            raise
+        if wait is False:
+            return True
+        return self.wait(None if wait is True else float(wait))
+
+    def _submit(self, step, state, *, epoch, batch, info, copy_arrays, release) -> None:
+        """Snapshot ``state`` and hand it to the uploader; once handed over, the uploader calls ``release``."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step={step!r} is invalid: pass a non-negative integer (e.g. the global batch count).")
         if self._uploader.closed:
@@ -160,7 +173,7 @@ class Checkpoints:
                 self.release()   # nothing was saved: the folder stays free for the run that owns it
                 raise
         started = time.monotonic()
-        snap = _state.snapshot(state, copy_arrays=_copy_arrays)
+        snap = _state.snapshot(state, copy_arrays=copy_arrays)
         local_dir = self.local.path / new_name(step)
         direct = self._direct and not snap.trackables   # TensorFlow writes trackables here, on this thread
         self._uploader.reserve(local_dir.name)
@@ -178,10 +191,7 @@ class Checkpoints:
         self._seq += 1
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
                                   info=info or {}, write=lambda d, s=snap: _state.write_data(s, d),
-                                  release=_release, generation=self._generation, direct=direct))
-        if wait is False:
-            return True
-        return self.wait(None if wait is True else float(wait))
+                                  release=release, generation=self._generation, direct=direct))
 
     def _settle_run(self, step: int) -> None:
         """Before the first save: this run's generation, and a clear error instead of a silent mix when the

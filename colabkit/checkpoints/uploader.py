@@ -212,21 +212,25 @@ class Uploader:
                     backoff = min(backoff * 2, BACKOFF_MAX)
 
     def _write_local(self, job: Job) -> None:
-        if job.direct and self.direct:
-            if self._direct_ok and self._write_direct(job):
-                return
-            job.local_dir.mkdir(parents=True, exist_ok=True)   # staged instead, uploaded when it can be
+        staged_instead = job.direct and self.direct
+        if staged_instead and self._direct_ok and self._write_direct(job):
+            return
         self.status.state = "writing"
         started = time.monotonic()
         try:
             try:
+                if staged_instead:   # uploaded when the destination takes it again
+                    job.local_dir.mkdir(parents=True, exist_ok=True)
                 written = job.write(job.local_dir)
             finally:
                 job.done_with_snapshot()
             info = self.local.commit(job.local_dir, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
                                      generation=job.generation, written=written)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
-            remove_tree(job.local_dir)
+            try:
+                _remove_uncommitted(job.local_dir)
+            except OSError:
+                pass   # a full or read-only disk: without a manifest it is a known leftover (pruned later)
             self._warn(f"could not write checkpoint step {job.step} to local disk {self.local.path}: {exc}")
             with self._cond:
                 self._writing = None
@@ -254,26 +258,37 @@ class Uploader:
                 if self.lease.lost:
                     raise _LeaseLost(f"another writer took over {self.dest.path}")
                 self.lease.acquire(self._lease_owner)
+            if self.check_first is not None:
+                self.check_first()
+                self.check_first = None
             self._own.add(("dest", target.name))
             target.mkdir(parents=True)
             written = job.write(target)
             info = self.dest.commit(target, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
                                     generation=job.generation, written=written)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
+            from .folder import CheckpointError
+            from .lease import FolderInUse
             try:
-                remove_tree(target)
+                _remove_uncommitted(target)
             except OSError:
                 pass   # without a manifest it is a known leftover of this writer (pruned later)
             self._direct_ok = False
+            blocked = isinstance(exc, (_LeaseLost, FolderInUse, CheckpointError))
             with self._cond:
                 self.status.last_error = f"{type(exc).__name__}: {exc}"
-            self._warn(f"could not write checkpoint step {job.step} to {self.dest.path} ({exc}); training "
-                       f"continues, checkpoints are kept on local disk at {self.local.path} and copied to "
-                       f"{self.dest.path} with back-off until it works again")
+                if blocked:   # no wait() hangs on these
+                    self._blocked = str(exc)
+            if blocked:
+                self._warn(f"checkpoint step {job.step} is not written to {self.dest.path} ({exc}); it is kept "
+                           f"on local disk at {self.local.path}")
+            else:
+                self._warn(f"could not write checkpoint step {job.step} to {self.dest.path} ({exc}); training "
+                           f"continues, checkpoints are kept on local disk at {self.local.path} and copied to "
+                           f"{self.dest.path} with back-off until it works again")
             return False
         job.done_with_snapshot()
         self.status.last_write_s, self.status.last_upload_s = time.monotonic() - started, 0.0
-        self._last_dest_commit = time.monotonic()
         if self._warned:
             log.warning("colabkit: destination %s is writable again; checkpoint step %s committed there",
                         self.dest.path, job.step)
@@ -400,3 +415,14 @@ class Uploader:
             self._on_warning(message)
         else:
             log.debug("colabkit: %s", message)
+
+
+def _remove_uncommitted(folder: Path) -> None:
+    """Delete a checkpoint folder whose commit failed: its manifest first, so that a removal that stops half
+    way leaves a folder that is plainly incomplete, never one that looks committed with files missing."""
+    from .manifest import MANIFEST_NAME
+    try:
+        (folder / MANIFEST_NAME).unlink()
+    except FileNotFoundError:
+        pass
+    remove_tree(folder)

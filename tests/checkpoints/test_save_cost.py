@@ -285,3 +285,59 @@ def test_npz_reads_what_np_savez_wrote_and_refuses_object_arrays(tmp_path):
         archive.write(tmp_path / "obj.npy", "a0.npy")
     with pytest.raises(ValueError, match="pickle|object"):
         npz.load(npz.read_into_memory(tmp_path / "obj.npz")[0])
+
+
+@pytest.mark.fuse
+def test_a_local_disk_that_fills_up_under_destination_and_staging_alike_loses_nothing(tmp_path, ck_env,
+                                                                                   drive_mount_factory, monkeypatch):
+    """Destination and staging on one local disk (a FUSE filesystem over a local disk, as mergerfs shows in
+    /proc/mounts) that fills up: the saves meanwhile fail with a warning, training goes on, and the first save
+    after space comes back is committed there."""
+    import colabkit.checkpoints.uploader as uploader
+    monkeypatch.setattr(uploader, "BACKOFF_START", 0.05)
+    disk = drive_mount_factory(rate=None, extra_args=["--subtype", "mergerfs"])
+    monkeypatch.setenv("COLABKIT_CACHE_DIR", str(disk.my_drive / "cache"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckpt = colabkit.Checkpoints(str(disk.my_drive / "run"))
+        assert ckpt.save(1, {"w": np.ones(1000)}, wait=True)
+        disk.set_fault("enospc")   # the disk is full: writes, creates and mkdirs fail with ENOSPC
+        ckpt.save(2, {"w": np.full(1000, 2.0)})
+        assert not ckpt.wait(1.0)
+        ckpt.save(3, {"w": np.full(1000, 3.0)})   # no "closed" error: the writer lives
+        disk.set_fault("ok")
+        assert ckpt.save(4, {"w": np.full(1000, 4.0)}, wait=10)
+        ckpt.close()
+    assert any("No space left" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    with colabkit.Checkpoints(str(disk.my_drive / "run")) as fresh:
+        restored = fresh.restore()
+    assert restored.step == 4 and restored.state["w"][0] == 4.0
+
+
+def test_a_save_that_fails_gives_its_snapshot_buffers_back(tmp_path, ck_env):
+    """A callback whose get_state() fails once: that save raises, and the next fit() of the same callback
+    still takes every periodic save (the one buffer set was not lost with the failed save)."""
+    model = wide_model(64)
+    x = np.random.RandomState(0).rand(8 * 4, 64).astype("float32")
+
+    class FailsOnce(keras.callbacks.Callback):
+        failed = False
+
+        def get_state(self):
+            if not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise RuntimeError("get_state failed")
+            return {}
+
+        def set_state(self, state):
+            pass
+
+    auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=2, deadline=None, verbose=0)
+    with pytest.raises(RuntimeError, match="get_state failed"):
+        model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, FailsOnce()])
+    started = time.monotonic()
+    model.fit(x, x[:, :1], batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[auto, FailsOnce()])
+    assert time.monotonic() - started < ck._SnapshotBuffers.WAIT_S / 2, "no save waited for a lost buffer set"
+    saved = [detail for _, kind, detail in auto.events if kind == "save"]
+    assert [d.split()[1] for d in saved] == ["2", "4", "6", "8"], saved
+    assert auto._buffers.sets_allocated == 1
