@@ -44,7 +44,7 @@ _MY_DRIVE = "MyDrive"
 # Colab path spellings, most specific first. kind: "drive" (inside My Drive), "mountpoint" (the Drive mount point
 # or a folder beside My Drive: Shared drives, shortcuts), "content" (Colab's /content working area).
 # spelling: "current" (what Colab writes today), "old" (older mount points and the "My Drive" folder name),
-# "relative" (relative to /content, Colab's default working directory).
+# "relative" (relative to /content, Colab's default working directory), "escaped" ("My\\ Drive" with a shell escape).
 COLAB_PATH_PREFIXES = (
     ("/content/drive/MyDrive", "drive", "current"),
     ("/content/drive/My Drive", "drive", "old"),
@@ -56,6 +56,11 @@ COLAB_PATH_PREFIXES = (
     ("drive/My Drive", "drive", "relative"),
     ("gdrive/MyDrive", "drive", "relative"),
     ("gdrive/My Drive", "drive", "relative"),
+    # "My\ Drive": a shell-escaped space copied into a Python string (works in a shell line only)
+    ("/content/drive/My\\ Drive", "drive", "escaped"),
+    ("/content/gdrive/My\\ Drive", "drive", "escaped"),
+    ("/gdrive/My\\ Drive", "drive", "escaped"),
+    ("drive/My\\ Drive", "drive", "escaped"),
     ("/content/drive", "mountpoint", "current"),
     ("/content/gdrive", "mountpoint", "old"),
     ("/gdrive", "mountpoint", "old"),
@@ -67,7 +72,7 @@ COLAB_PATH_PREFIXES = (
 class ColabPath:
     """A path string recognised as Colab-specific: ``prefix`` + ("/" + ``rest``)."""
     kind: str            # "drive", "mountpoint" or "content"
-    spelling: str        # "current", "old" or "relative"
+    spelling: str        # "current", "old", "relative" or "escaped"
     prefix: str          # the matched prefix, e.g. "/content/drive/My Drive"
     rest: str            # the part below the prefix, without a leading "/" ("" for the prefix itself)
     trailing_slash: bool  # the original ended with "/" right after the prefix (rest == "")

@@ -22,6 +22,9 @@ from .shell import path_spans
 
 _PIP_HEAD = re.compile(r"!\s*(?:pip3?|python3?\s+-m\s+pip|\{sys\.executable\}\s+-m\s+pip)(?=\s|$)")
 _SHELL_META = frozenset("|&;<>`$\n")
+# Colab paths anywhere in a shell command line (to find those that are not words of their own)
+_SHELL_PATH = re.compile(r"(?:(?<=^)|(?<=[\s'\"=,:;(]))(?:/content|/gdrive|drive/MyDrive)(?:/[^\s'\",:;)]*)?"
+                         r"(?=$|[\s'\",:;)/])")
 _APT = re.compile(r"^\s*(?:sudo\s+)?apt(?:-get)?\s+(?:.*\s)?install\b")
 _NVIDIA_SMI = re.compile(r"^\s*nvidia-smi(?:\s+[-\w=.,]+)*\s*$")
 _FORM = re.compile(r"#\s*@(title|param|markdown)\b")
@@ -71,6 +74,56 @@ class _Ref:
     qualname: str
     binding: str
     guarded: bool
+
+
+def _path_code(found, chdir=False) -> str:
+    """The rule of a Colab path (kind "drive" or "content")."""
+    if chdir:
+        return "CK202"
+    if found.kind == "content":
+        return "CK201"
+    return {"current": "CK102", "escaped": "CK106"}.get(found.spelling, "CK103")
+
+
+# Calls whose first argument is tested for existence: '/content/drive' there asks "is Drive mounted?" (CK107).
+_EXISTS_CALLS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists", "os.path.ismount", "path.exists",
+                           "path.isdir", "path.lexists", "path.ismount", "exists", "isdir", "lexists", "ismount"})
+# String methods whose argument is text to match, not a place to open: '/content/...' there is text (CK108).
+_TEXT_METHODS = frozenset({"replace", "startswith", "endswith", "removeprefix", "removesuffix", "split", "rsplit",
+                           "partition", "rpartition", "find", "rfind", "index", "rindex", "count", "strip", "lstrip",
+                           "rstrip", "sub", "subn", "match", "search", "fullmatch"})
+# Calls that only show text: a Colab path used as text inside them changes nothing but what is printed.
+_DISPLAY_CALLS = frozenset({"print", "display", "Markdown", "HTML", "write", "info", "warning", "warn", "error",
+                            "debug", "log", "exception", "critical", "set_description", "set_postfix", "set_title",
+                            "title", "xlabel", "ylabel", "suptitle"})
+# A Colab path somewhere inside a longer string (not at its start), e.g. "x:/content/models/research".
+_EMBEDDED_PATH = re.compile(r"(?<=[\s:;,=(\[{'\"])(?:/content(?:/[^\s:;,'\"]*)?|/gdrive(?:/[^\s:;,'\"]*)?)"
+                            r"(?=$|[\s:;,)\]}'\"])")
+
+
+def _unquoted_meta(command: str) -> bool:
+    """The shell would treat some character of ``command`` as a pipe, redirection, list or expansion:
+    |&;<> outside quotes, $ and ` outside single quotes. A quoted "pkg<2" is a plain word."""
+    quote = ""
+    i = 0
+    while i < len(command):
+        c = command[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\" and i + 1 < len(command):
+            i += 2
+            continue
+        elif quote == '"':
+            if c == '"':
+                quote = ""
+            elif c in "$`":
+                return True
+        elif c in "'\"":
+            quote = c
+        elif c in _SHELL_META:
+            return True
+        i += 1
+    return False
 
 
 def _is_colab(qualname) -> bool:
@@ -282,6 +335,8 @@ class Rewriter:
                     continue
                 if node.values and isinstance(node.values[0], ast.Constant) and isinstance(node.values[0].value, str):
                     self._literal(work, node, node.values[0].value, parent)
+                elif not work.is_guarded(work.start(node)):
+                    self._embedded(work, node, parent)
 
     def _call(self, work, call):
         qual, _ = self._qualname(call.func)
@@ -363,21 +418,38 @@ class Rewriter:
         visit(tree)
 
     def _literal(self, work, node, value, parent):
-        found = classify_colab_path(value)
-        if found is None or work.is_guarded(work.start(node)):
+        if work.is_guarded(work.start(node)):
             return
-        if isinstance(node, ast.JoinedStr) and not (found.rest or found.trailing_slash):
-            return  # f"/content{x}": the static part does not end at a folder boundary
+        found = classify_colab_path(value)
         line = node.lineno - 1
+        if found is None:
+            self._embedded(work, node, parent)
+            return
+        if self._as_text(work, node, parent, value):
+            return
+        constant_fstring = isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values)
+        if isinstance(node, ast.JoinedStr) and not (found.rest or found.trailing_slash) and not constant_fstring:
+            # f"/content{x}": the static part does not end at a folder boundary
+            if self.on("CK108"):
+                work.finding("CK108", line, f"{work.text(work.start(node), work.end(node))}: a Colab path joined to "
+                             f"an expression without a '/' between them is left as it is", False,
+                             "write the path with colabkit.drive() / colabkit.workdir(), e.g. "
+                             "f\"{colabkit.drive()}{...}\"")
+            return
         chdir = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and \
             _dotted(parent.func) in ("os.chdir", "chdir")
+        if self._mount_check(work, node, parent, found):
+            return
         if found.kind == "mountpoint":
             if self.on("CK104"):
                 work.finding("CK104", line, f"{value!r} is a Drive path outside My Drive", False)
             return
-        code = ("CK202" if chdir else "CK102" if found.spelling == "current" else "CK103") \
-            if found.kind == "drive" else ("CK202" if chdir else "CK201")
+        code = _path_code(found, chdir)
         if not self.on(code):
+            return
+        if _EMBEDDED_PATH.search(value[1:]):  # "/content/a.npz,/content/b.npz": several paths in one string
+            if self.on("CK108"):
+                work.finding("CK108", line, f"{value!r} holds several Colab paths; left as it is", False)
             return
         if _FORM.search(work.content(node.end_lineno - 1)) and "@param" in work.content(node.end_lineno - 1):
             self._form_path(work, node, value)
@@ -392,6 +464,77 @@ class Rewriter:
         segment = work.text(work.start(node), work.end(node))
         found_ = work.finding(code, line, f"{segment} -> {replacement}", True, manual)
         work.edit(work.start(node), work.end(node), replacement, found_)
+
+    def _mount_check(self, work, node, parent, found) -> bool:
+        """os.path.exists('/content/drive') and kin -> os.path.exists(colabkit.drive()) (CK107)."""
+        if not (isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and not parent.keywords
+                and len(parent.args) == 1 and _dotted(parent.func) in _EXISTS_CALLS):
+            return False
+        if found.rest or found.kind not in ("mountpoint", "drive"):
+            return False
+        if not self.on("CK107"):
+            return found.kind == "mountpoint"
+        func = _dotted(parent.func)
+        segment = work.text(work.start(node), work.end(node))
+        found_ = work.finding("CK107", node.lineno - 1, f"{func}({segment}) -> "
+                              f"{func.replace('ismount', 'isdir')}(colabkit.drive()): asks whether My Drive is there, "
+                              f"on Colab and at home", True)
+        work.handled.add(node)
+        if func.endswith("ismount"):
+            (l0, c0), (l1, c1) = work.start(parent.func), work.end(parent.func)
+            work.edit((l1, c1 - len("ismount")), (l1, c1), "isdir", found_)
+        work.edit(work.start(node), work.end(node), "colabkit.drive()", found_)
+        return True
+
+    def _display_only(self, work, node) -> bool:
+        """The value is only shown: it sits in print(...), logging, a raised exception's message."""
+        current = node
+        while current is not None and not isinstance(current, ast.Module):
+            parent = work.parents.get(current)
+            if isinstance(parent, ast.Call) and current is not parent.func:
+                name = _dotted(parent.func).rsplit(".", 1)[-1] or \
+                    (parent.func.attr if isinstance(parent.func, ast.Attribute) else "")
+                if name in _DISPLAY_CALLS or name.endswith(("Error", "Exception", "Warning")):
+                    return True
+            if isinstance(parent, (ast.Raise, ast.Assert)):
+                return True
+            if isinstance(parent, ast.stmt):
+                return False
+            current = parent
+        return False
+
+    def _as_text(self, work, node, parent, value) -> bool:
+        """A Colab path used as text (a string method's argument, 'x' in s): left alone; reported as CK108 unless
+        the result is only shown."""
+        method = None
+        if isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Attribute) and \
+                parent.func.attr in _TEXT_METHODS and not _dotted(parent.func).startswith("os."):
+            method = f".{parent.func.attr}(...)"
+        elif isinstance(parent, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops):
+            method = "an 'in' test"
+        if method is None:
+            return False
+        work.handled.add(node)
+        if self._display_only(work, node) or not self.on("CK108"):
+            return True
+        work.finding("CK108", node.lineno - 1, f"{value!r} is used as text in {method}; left as it is", False)
+        return True
+
+    def _embedded(self, work, node, parent):
+        """A Colab path inside a longer string: cannot be rewritten without knowing the string's syntax (CK108)."""
+        if not self.on("CK108"):
+            return
+        values = [node.value] if isinstance(node, ast.Constant) else \
+            [v.value for v in getattr(node, "values", []) if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+        for value in values:
+            match = _EMBEDDED_PATH.search(value)
+            if match is None or classify_colab_path(match.group(0)) is None:
+                continue
+            if self._display_only(work, node):
+                return
+            work.finding("CK108", node.lineno - 1, f"Colab path {match.group(0)} inside a longer string is left as "
+                         f"it is", False)
+            return
 
     def _literal_replacement(self, work, node, value, found, func, parent):
         segment = work.text(work.start(node), work.end(node))
@@ -543,7 +686,7 @@ class Rewriter:
         line_text = work.content(esc.line)
         head = _PIP_HEAD.match(line_text, esc.col)
         if head and esc.kind == "system" and not esc.assign and self.on("CK203"):
-            if _SHELL_META & (set(command) - {"\n"}):
+            if _unquoted_meta(command):
                 work.finding("CK203", esc.line, "!pip with shell redirection or pipes kept as it is", False,
                              "!pip installs into the first pip on PATH, not necessarily the kernel's Python: "
                              "prefer %pip")
@@ -551,8 +694,10 @@ class Rewriter:
                 found = work.finding("CK203", esc.line, f"{head.group(0)} -> %pip", True)
                 work.edit((esc.line, esc.col), (esc.line, head.end()), "%pip", found)
         if _APT.match(command) and self.on("CK204"):
-            words = re.split(r"[|&;<>]", command)[0].split()
-            packages = [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+            segment = next((part for part in re.split(r"[|&;<>]", command) if _APT.match(part)), command)
+            words = segment.split()
+            after = words[words.index("install") + 1:] if "install" in words else []
+            packages = [w for w in after if not w.startswith("-")]
             work.finding("CK204", esc.line, f"system package install: {command.strip()}", False,
                          f"install {' '.join(packages) or 'these packages'} with your system package manager")
         if "kaggle.json" in command and self.on("CK206"):
@@ -569,45 +714,97 @@ class Rewriter:
         command = esc.arg
         if not any(p in command for p in ("content", "drive")):
             return
-        if esc.end_line != esc.line or "$" in command:
+        if esc.end_line != esc.line:
+            self._continued_paths(work, esc, what)
+            return
+        if "$" in command:
             self._report_paths(work, esc.line, command, what,
-                               "it spans several lines" if esc.end_line != esc.line else
                                "it uses $ expansion, which IPython would also apply to a colabkit expression")
             return
         line_text = work.content(esc.line)
         if line_text[esc.content_col:esc.content_col + len(command)] != command:
+            self._report_paths(work, esc.line, command, what, "colabkit cannot locate its words in the line")
             return
+        self._rewrite_words(work, esc.line, esc.content_col, command, what)
+
+    def _continued_paths(self, work, esc, what):
+        """A shell escape continued with '\\' over several lines (CK209): each line's words, in place."""
+        pieces = []
+        for number in range(esc.line, esc.end_line + 1):
+            start = esc.content_col if number == esc.line else 0
+            text = work.content(number)[start:]
+            if number < esc.end_line:
+                stripped = text.rstrip()
+                if not stripped.endswith("\\"):
+                    pieces = None
+                    break
+                text = stripped[:-1]
+            pieces.append((number, start, text))
+        joined = " ".join(text for _, _, text in pieces or [])
+        if pieces is None or " ".join(joined.split()) != " ".join(esc.arg.split()):
+            self._report_paths(work, esc.line, esc.arg, what, "colabkit cannot locate its words in the lines",
+                               code="CK209")
+            return
+        for number, start, text in pieces:
+            if not any(p in text for p in ("content", "drive")):
+                continue
+            if "$" in esc.arg:
+                self._report_paths(work, number, text, what, "the command uses $ expansion, which IPython would "
+                                   "also apply to a colabkit expression", code="CK209")
+                continue
+            self._rewrite_words(work, number, start, text, what, continued=True)
+
+    def _rewrite_words(self, work, line, col, command, what, continued=False):
+        """Rewrite the Colab path words of ``command``, which starts at column ``col`` of ``line``; report any
+        Colab path that is not a word of its own."""
         spans = path_spans(command, lambda p: classify_colab_path(p) is not None)
         if spans is None:
-            self._report_paths(work, esc.line, command, what, "its quoting is unbalanced")
+            self._report_paths(work, line, command, what, "its quoting is unbalanced",
+                               code="CK209" if continued else None)
             return
-        for span, _ in spans:
+        covered = []
+        for span, word in spans:
+            if _EMBEDDED_PATH.search(span.path[1:]):
+                continue  # "/content/a.npz,/content/b.npz": a list of paths in one word (reported below)
+            covered.append((word.start, word.end))
             found = classify_colab_path(span.path)
             if found.kind == "mountpoint":
                 if self.on("CK104"):
-                    work.finding("CK104", esc.line, f"{span.path} is a Drive path outside My Drive", False)
+                    work.finding("CK104", line, f"{span.path} is a Drive path outside My Drive", False)
                 continue
-            code = "CK102" if found.kind == "drive" and found.spelling == "current" else \
-                "CK103" if found.kind == "drive" else "CK201"
-            if not self.on(code):
+            code = _path_code(found)
+            if not self.on(code) or (continued and not self.on("CK209")):
                 continue
+            code = "CK209" if continued else code
             if any(c in found.rest for c in "{}!"):
-                work.finding(code, esc.line, f"{span.path} has characters IPython would expand", False,
+                work.finding(code, line, f"{span.path} has characters IPython would expand", False,
                              "replace the path by hand")
                 continue
             text = "{" + self._path_expr(found, quoted=True) + "}" + ("/" if found.trailing_slash else "") + span.suffix
-            start = (esc.line, esc.content_col + span.start)
-            end = (esc.line, esc.content_col + span.end)
-            item = work.finding(code, esc.line, f"{span.path} -> {text}", True, self._path_manual(found))
+            start = (line, col + span.start)
+            end = (line, col + span.end)
+            item = work.finding(code, line, f"{span.path} -> {text}", True, self._path_manual(found))
             work.edit(start, end, text, item)
+        for match in _SHELL_PATH.finditer(command):
+            if any(s <= match.start() < e for s, e in covered):
+                continue
+            found = classify_colab_path(match.group(0))
+            if found is None:
+                continue
+            code = "CK209" if continued else "CK104" if found.kind == "mountpoint" else _path_code(found)
+            if self.on(code):
+                work.finding(code, line, f"Colab path {match.group(0)} in {what} left as it is: it is not a word "
+                             f"of its own (part of a quoted list or a longer word)", False,
+                             "replace the path by hand (colabkit.drive() / colabkit.workdir())")
+            return
 
-    def _report_paths(self, work, line, text, what, why="colabkit cannot rewrite paths there"):
-        for token in re.split(r"[\s\"'=]+", text):
+    def _report_paths(self, work, line, text, what, why="colabkit cannot rewrite paths there", code=None):
+        override = code
+        for token in re.split(r"[\s\"'=,]+", text):
             found = classify_colab_path(token.rstrip(";,)"))
             if found is None:
                 continue
-            code = "CK104" if found.kind == "mountpoint" else "CK201" if found.kind == "content" else \
-                "CK102" if found.spelling == "current" else "CK103"
+            code = override or ("CK104" if found.kind == "mountpoint" else _path_code(found))
             if self.on(code):
                 work.finding(code, line, f"Colab path {token} in {what} left as it is: {why}", False,
                              "replace the path by hand (colabkit.drive() / colabkit.workdir())")

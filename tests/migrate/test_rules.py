@@ -77,7 +77,9 @@ CASES = {
     "shell-indented": ("for i in range(2):\n    !echo /content/x",
                        "import colabkit\nfor i in range(2):\n    !echo {colabkit.workdir('x', quoted=True)}"),
     "shell-dollar-left": ("!cp /content/drive/MyDrive/a $HOME/", "!cp /content/drive/MyDrive/a $HOME/"),
-    "shell-continued-left": ("!cp /content/a \\\n  /content/b", "!cp /content/a \\\n  /content/b"),
+    "shell-continued": ("!cp /content/a \\\n  /content/b",
+                        "import colabkit\n!cp {colabkit.workdir('a', quoted=True)} \\\n"
+                        "  {colabkit.workdir('b', quoted=True)}"),
     "cd": ('%cd "/content/drive/My Drive/proj"\n%cd -q /content',
            "import colabkit\n%cd {colabkit.drive('proj')}\n%cd -q {colabkit.workdir()}"),
     "cd-mountpoint-left": ("%cd /content/drive", "%cd /content/drive"),
