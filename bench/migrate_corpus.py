@@ -81,28 +81,82 @@ def _imports_colab(node) -> bool:
     return False
 
 
+_DISPLAY = frozenset({"print", "display", "Markdown", "HTML", "write", "info", "warning", "warn", "error", "debug",
+                      "log", "exception", "critical", "set_description", "set_postfix", "set_title", "title",
+                      "xlabel", "ylabel", "suptitle"})
+
+
+def _parents(tree) -> dict:
+    parents = {}
+    for parent in ast.walk(tree):
+        for child in ast.iter_child_nodes(parent):
+            parents[child] = parent
+    return parents
+
+
+def _shown_only(node, parents) -> bool:
+    """The string is only shown to the user: inside print()/logging/display or a raised exception's message."""
+    current = node
+    while current in parents:
+        parent = parents[current]
+        if isinstance(parent, ast.Call) and current is not parent.func:
+            func = parent.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _DISPLAY or name.endswith(("Error", "Exception", "Warning")):
+                return True
+        if isinstance(parent, (ast.Raise, ast.Assert)):
+            return True
+        if isinstance(parent, ast.stmt):
+            return False
+        current = parent
+    return False
+
+
+def _mapped_form_fields(tree) -> set:
+    """Constants of 'x = "/content/..."' statements followed by 'x = colabkit.portable_path(x)': the form keeps its
+    literal and the next line maps it, so the program never uses the Colab path off Colab."""
+    mapped = set()
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            for stmt, following in zip(block, block[1:]):
+                if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and
+                        isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Constant)):
+                    continue
+                name = stmt.targets[0].id
+                call = getattr(following, "value", None)
+                if isinstance(following, ast.Assign) and isinstance(call, ast.Call) and \
+                        ast.unparse(call.func) == "colabkit.portable_path" and \
+                        [ast.unparse(a) for a in call.args] == [name] and \
+                        [ast.unparse(t) for t in following.targets] == [name]:
+                    mapped.add(stmt.value)
+    return mapped
+
+
 def leftovers(source: str) -> list:
-    """(line, what) for each Colab-only path or unguarded google.colab import left in one code cell."""
+    """(kind, what, path) for each Colab-only path or unguarded google.colab import left in one code cell. kind:
+    "left" (the program uses it), "shown" (only printed), "mapped" (a form field mapped on the next line)."""
     python, tree = _transform(source)
     if tree is None:
         return []
     guarded = _guarded_lines(tree)
+    parents = _parents(tree)
+    mapped = _mapped_form_fields(tree)
     found = []
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(python).readline))
-    except (tokenize.TokenError, SyntaxError):
-        tokens = []
-    fstring_start = getattr(tokenize, "FSTRING_START", None)
-    fstring_middle = getattr(tokenize, "FSTRING_MIDDLE", None)
-    for token in tokens:
-        if token.type not in (tokenize.STRING, fstring_middle, fstring_start) or token.start[0] in guarded:
-            continue
-        match = COLAB_PATH.search(token.string)
-        if match:
-            found.append((token.start[0], f"path {token.string.strip()[:90]}"))
     for node in ast.walk(tree):
-        if _imports_colab(node) and node.lineno not in guarded:
-            found.append((node.lineno, "unguarded google.colab import"))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.lineno not in guarded:
+            if isinstance(parents.get(node), ast.Expr):
+                continue  # a docstring or a bare string: not used
+            match = COLAB_PATH.search(node.value)
+            if match is None:
+                continue
+            path = re.split(r"[\s'\",;:]", node.value[match.start():])[0][:60]
+            kind = "mapped" if node in mapped else "shown" if _shown_only(node, parents) else "left"
+            found.append((kind, f"line {node.lineno}: {node.value.strip()[:100]!r}", path))
+        elif _imports_colab(node) and node.lineno not in guarded:
+            found.append(("left", f"line {node.lineno}: unguarded google.colab import", "google.colab"))
     return found
 
 
@@ -123,7 +177,8 @@ def check(path: Path) -> dict:
     from colabkit.migrate import migrate_text
     from colabkit.migrate.report import NotebookReport
     text = path.read_bytes().decode("utf-8")
-    row = {"notebook": path.name, "ok": False, "changed": 0, "reported": [], "silent": [], "idem": False,
+    row = {"notebook": path.name, "ok": False, "changed": 0, "reported": [], "silent": [], "shown": [],
+           "mapped": [], "idem": False,
            "parses": False, "sources": False, "by_hand": [], "error": None}
     try:
         started = time.perf_counter()
@@ -137,35 +192,27 @@ def check(path: Path) -> dict:
     row["changed"] = len(changes)
     report = NotebookReport(path=path.name, status="migrated", findings=findings, changes=changes)
     row["by_hand"] = report.manual_steps
-    noted = {(f.cell, f.line) for f in findings if not f.applied}
+    notes = {}
+    for f in findings:
+        if not f.applied:
+            notes.setdefault(f.cell, []).append(f.message + "\n" + "\n".join(f.before or []))
     for index, cell in enumerate(after["cells"]):
         if cell.get("cell_type") != "code":
             continue
-        for line, what in leftovers(_sources(cell)):
-            # the line in the migrated cell; a note on the same cell and line means migrate told the user
-            original_line = _original_line(_sources(before["cells"][index]), _sources(cell), line)
-            entry = f"cell {index + 1} line {line}: {what}"
-            (row["reported"] if (index, original_line) in noted else row["silent"]).append(entry)
+        for kind, what, path in leftovers(_sources(cell)):
+            entry = f"cell {index + 1} {what}"
+            if kind != "left":
+                row[kind].append(entry)
+            elif any(path in note for note in notes.get(index, [])):
+                row["reported"].append(entry)  # migrate's report names this path in this cell
+            else:
+                row["silent"].append(entry)
     twice, _, again = migrate_text(new_text)
     row["idem"] = twice == new_text and not again
     row["parses"] = all(_transform(_sources(a))[1] is not None or _transform(_sources(b))[1] is None
                         for b, a in zip(before["cells"], after["cells"]) if a.get("cell_type") == "code")
     row["sources"] = _without_code_sources(before) == _without_code_sources(after)
     return row
-
-
-def _original_line(before: str, after: str, line: int) -> int:
-    """The line of the original cell that line ``line`` of the migrated cell comes from (same text, else same
-    number shifted by the lines added above it)."""
-    if before == after:
-        return line
-    import difflib
-    a, b = before.splitlines(), after.splitlines()
-    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if j1 < line <= j2:
-            return i1 + min(line - j1, max(i2 - i1, 1))
-    return line
 
 
 def clean(row) -> bool:
@@ -194,6 +241,8 @@ def main(argv=None) -> int:
                 print(f"      silent:   {entry}")
             for entry in row["reported"]:
                 print(f"      reported: {entry}")
+            for entry in row["shown"]:
+                print(f"      shown:    {entry}")
     n = len(rows)
     print()
     print(f"machine: {platform.platform()}, Python {platform.python_version()}")
@@ -203,6 +252,8 @@ def main(argv=None) -> int:
     print(f"  with silent leftovers: {sum(bool(r['silent']) for r in rows)} "
           f"({sum(len(r['silent']) for r in rows)} places); with reported leftovers: "
           f"{sum(bool(r['reported']) for r in rows)} ({sum(len(r['reported']) for r in rows)} places)")
+    print(f"  left in text that is only shown (print, messages): {sum(len(r['shown']) for r in rows)} places; "
+          f"form fields kept and mapped on the next line: {sum(len(r['mapped']) for r in rows)}")
     print(f"  second run a no-op: {sum(r['idem'] for r in rows)}; every cell parses: {sum(r['parses'] for r in rows)}; "
           f"only code sources changed: {sum(r['sources'] for r in rows)}")
     if args.json:

@@ -656,7 +656,14 @@ class Rewriter:
         quoted = len(path) >= 2 and path[0] == path[-1] and path[0] in "'\""
         value = path[1:-1] if quoted else path
         found = classify_colab_path(value)
-        if found is None or "{" in value or "$" in value:
+        if found is None:
+            return
+        if "{" in value or "$" in value:
+            code = "CK104" if found.kind == "mountpoint" else "CK202"
+            if self.on(code):
+                work.finding(code, esc.line, f"%cd {value} left as it is: it is built with IPython's {{...}} / $ "
+                             f"expansion", False, "rewrite it by hand as %cd {colabkit.drive(...)} / %cd {colabkit.workdir(...)}, "
+                             "building the rest of the path in Python")
             return
         if found.kind == "mountpoint":
             if self.on("CK104"):

@@ -259,3 +259,11 @@ def test_new_rules_are_listed(capsys):
     for code, name in (("CK106", "drive-path-escaped-space"), ("CK107", "drive-mount-check"),
                        ("CK108", "path-in-text"), ("CK209", "shell-continued")):
         assert f"{code}  {name}" in table
+
+
+def test_cd_into_a_colab_path_built_with_dollar_is_a_by_hand_item(migrate_sources):
+    source = "%cd /content/gdrive/$mainpth/ComfyUI\n%cd /content/{repo}/src"
+    (new,), findings = migrate_sources(source)
+    assert new == source
+    assert [(f.code, f.line, f.applied) for f in findings] == [("CK104", 1, False), ("CK202", 2, False)]
+    assert all("/content/" in f.message and f.manual for f in findings)
