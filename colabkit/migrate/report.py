@@ -111,7 +111,17 @@ class NotebookReport:
         steps = self.manual_steps
         if steps:
             lines.append("  by hand:")
-            lines.extend(f"    - {step}" for step in steps)
+            where = {}
+            for found in self.findings:
+                if found.manual:
+                    places = where.setdefault(found.manual, [])
+                    place = f"cell {found.cell + 1} line {found.line}"
+                    if place not in places:
+                        places.append(place)
+            for step in steps:
+                places = where.get(step, [])
+                shown = ", ".join(places[:6]) + (f" and {len(places) - 6} more" if len(places) > 6 else "")
+                lines.append(f"    - {step}" + (f" ({shown})" if shown else ""))
         if self.changed:
             lines.append(f"  to run it: {self.install} (the migrated notebook imports colabkit itself)")
         return "\n".join(lines)

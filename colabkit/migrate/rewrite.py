@@ -425,11 +425,13 @@ class Rewriter:
         if found is None:
             self._embedded(work, node, parent)
             return
-        if self._as_text(work, node, parent, value):
+        if self._as_text(work, node, parent, value, found):
             return
         constant_fstring = isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values)
         if isinstance(node, ast.JoinedStr) and not (found.rest or found.trailing_slash) and not constant_fstring:
             # f"/content{x}": the static part does not end at a folder boundary
+            if found.kind != "mountpoint" and self._fstring_prefix(work, node, value, found):
+                return
             if self.on("CK108"):
                 work.finding("CK108", line, f"{work.text(work.start(node), work.end(node))}: a Colab path joined to "
                              f"an expression without a '/' between them is left as it is", False,
@@ -464,6 +466,32 @@ class Rewriter:
         segment = work.text(work.start(node), work.end(node))
         found_ = work.finding(code, line, f"{segment} -> {replacement}", True, manual)
         work.edit(work.start(node), work.end(node), replacement, found_)
+
+    def _fstring_prefix(self, work, node, value, found) -> bool:
+        """f"/content{x}" -> f"{colabkit.workdir()}{x}": only the prefix is replaced by its equivalent, so the
+        string is the same on Colab whatever x holds."""
+        code = _path_code(found)
+        if not self.on(code):
+            return True
+        segment = work.text(work.start(node), work.end(node))
+        match = _STR_PREFIX.match(segment)
+        if not (match and _single_literal(segment) and "f" in match.group(1).lower()):
+            return False
+        letters, quote = match.groups()
+        body_start = match.end()
+        if not segment[body_start:].startswith(value):
+            return False
+        func = "colabkit.drive" if found.kind == "drive" else "colabkit.workdir"
+        (l0, c0) = work.start(node)
+        if work.end(node)[0] != l0:
+            return False
+        start = (l0, c0 + body_start)
+        end = (l0, c0 + body_start + len(value))
+        text = "{" + func + "()}"
+        found_ = work.finding(code, l0, f"{segment} -> {letters}{quote}{text}{segment[body_start + len(value):]}",
+                              True, self._path_manual(found))
+        work.edit(start, end, text, found_)
+        return True
 
     def _mount_check(self, work, node, parent, found) -> bool:
         """os.path.exists('/content/drive') and kin -> os.path.exists(colabkit.drive()) (CK107)."""
@@ -503,9 +531,11 @@ class Rewriter:
             current = parent
         return False
 
-    def _as_text(self, work, node, parent, value) -> bool:
-        """A Colab path used as text (a string method's argument, 'x' in s): left alone; reported as CK108 unless
-        the result is only shown."""
+    def _as_text(self, work, node, parent, value, found) -> bool:
+        """A Colab path used as text (a string method's argument, 'x' in s). Where the result is only shown it is
+        left alone (at home the message shows the full local path: harmless). Otherwise a path with a portable
+        equivalent is rewritten like any other (the text it is matched against is a real path, which at home
+        starts with colabkit.drive() / colabkit.workdir()); the bare mount point has none: reported (CK108)."""
         method = None
         if isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Attribute) and \
                 parent.func.attr in _TEXT_METHODS and not _dotted(parent.func).startswith("os."):
@@ -514,10 +544,16 @@ class Rewriter:
             method = "an 'in' test"
         if method is None:
             return False
-        work.handled.add(node)
-        if self._display_only(work, node) or not self.on("CK108"):
+        if self._display_only(work, node):
+            work.handled.add(node)
             return True
-        work.finding("CK108", node.lineno - 1, f"{value!r} is used as text in {method}; left as it is", False)
+        if found.kind != "mountpoint":
+            return False
+        work.handled.add(node)
+        if self.on("CK108"):
+            work.finding("CK108", node.lineno - 1, f"{value!r} is used as text in {method}; left as it is", False,
+                         f"at home paths do not start with {value!r}: match against colabkit.drive() (My Drive) "
+                         f"instead, by hand")
         return True
 
     def _embedded(self, work, node, parent):

@@ -42,7 +42,7 @@ CASES = {
                           "z = colabkit.workdir(u'z')"),
     "path-fstring": ("name = 'a'\np = f'/content/drive/MyDrive/runs/{name}.h5'",
                      "name = 'a'\nimport colabkit\np = colabkit.drive(f'runs/{name}.h5')"),
-    "path-fstring-no-boundary-left": ("s = f'/content{x}'", "s = f'/content{x}'"),
+    "path-fstring-prefix-only": ("s = f'/content{x}'", "import colabkit\ns = f'{colabkit.workdir()}{x}'"),
     "path-concatenation": ("x = ('/content/drive/MyDrive/' 'a.csv')", "import colabkit\nx = (colabkit.drive('a.csv'))"),
     "path-root-and-slash": ("a = '/content/drive/MyDrive'\nb = '/content/drive/MyDrive/'\nc = b + 'x'",
                             "import colabkit\na = colabkit.drive()\nb = colabkit.drive() + '/'\nc = b + 'x'"),

@@ -238,12 +238,35 @@ def test_display_only_string_manipulation_is_left_alone_silently(migrate_sources
     assert findings == []
 
 
-def test_string_manipulation_that_feeds_a_path_is_a_by_hand_item(migrate_sources):
-    source = "rel = path.replace('/content/drive/MyDrive/', '')\nshutil.copy(path, rel)"
+def test_matching_against_the_mount_point_as_text_is_a_by_hand_item(migrate_sources):
+    source = "rel = path.replace('/content/drive/', '')\nshutil.copy(path, rel)"
     (new,), findings = migrate_sources(source)
     assert new == source
     assert [(f.code, f.line, f.applied) for f in findings] == [("CK108", 1, False)]
-    assert "replace" in findings[0].message and findings[0].manual
+    assert "replace" in findings[0].message and "colabkit.drive()" in findings[0].manual
+
+
+def test_matching_against_a_my_drive_path_uses_the_portable_path(migrate_sources):
+    source = ("if not p.startswith('/content/drive/MyDrive'):\n"
+              "  p = os.path.join('/content/drive/MyDrive', p)\n"
+              "rel = p.replace('/content/drive/MyDrive/', '')")
+    (new,), findings = migrate_sources(source)
+    assert new == ("import colabkit\n"
+                   "if not p.startswith(colabkit.drive()):\n"
+                   "  p = os.path.join(colabkit.drive(), p)\n"
+                   "rel = p.replace(colabkit.drive() + '/', '')")
+
+
+def test_fstring_that_joins_an_expression_to_a_colab_prefix(migrate_sources):
+    source = ("model = f\"/content{url[url.rfind('/'):]}\"\n"
+              "root = f'/content/drive/MyDrive{sub}'\n"
+              "bad = f'/content/drive{sub}'")
+    (new,), findings = migrate_sources(source)
+    assert new.splitlines() == ["import colabkit",
+                                "model = f\"{colabkit.workdir()}{url[url.rfind('/'):]}\"",
+                                "root = f'{colabkit.drive()}{sub}'",
+                                "bad = f'/content/drive{sub}'"]
+    assert [(f.code, f.line, f.applied) for f in findings if not f.applied] == [("CK108", 3, False)]
 
 
 def test_colab_path_inside_a_longer_string_is_a_by_hand_item(migrate_sources):
@@ -267,3 +290,13 @@ def test_cd_into_a_colab_path_built_with_dollar_is_a_by_hand_item(migrate_source
     assert new == source
     assert [(f.code, f.line, f.applied) for f in findings] == [("CK104", 1, False), ("CK202", 2, False)]
     assert all("/content/" in f.message and f.manual for f in findings)
+
+
+def test_by_hand_steps_name_the_cells_and_lines(tmp_path, colab_notebook, capsys):
+    source = tmp_path / "nb.ipynb"
+    source.write_text(colab_notebook("x = 1", "!apt-get install -y ffmpeg\nos.listdir('/content/drive')",
+                                     "!sudo apt-get install -y ffmpeg"), encoding="utf-8")
+    assert main(["migrate", str(source), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "    - install ffmpeg with your system package manager (cell 2 line 1, cell 3 line 1)" in out
+    assert "give this path a local equivalent (cell 2 line 2)" in out
