@@ -18,7 +18,7 @@ from collections import Counter
 from ..portable import classify_colab_path
 from . import rules as R
 from .cells import read_cell
-from .shell import path_spans
+from .shell import path_spans, split_words
 
 _PIP_HEAD = re.compile(r"!\s*(?:pip3?|python3?\s+-m\s+pip|\{sys\.executable\}\s+-m\s+pip)(?=\s|$)")
 _SHELL_META = frozenset("|&;<>`$\n")
@@ -99,6 +99,15 @@ _DISPLAY_CALLS = frozenset({"print", "display", "Markdown", "HTML", "write", "in
 # A Colab path somewhere inside a longer string (not at its start), e.g. "x:/content/models/research".
 _EMBEDDED_PATH = re.compile(r"(?<=[\s:;,=(\[{'\"])(?:/content(?:/[^\s:;,'\"]*)?|/gdrive(?:/[^\s:;,'\"]*)?)"
                             r"(?=$|[\s:;,)\]}'\"])")
+
+
+def _by_hand(found) -> str:
+    """The by-hand step for a Colab path in a shell line that migrate could not rewrite."""
+    if found.kind == "mountpoint":
+        return R.BY_CODE["CK104"].manual
+    func = "colabkit.drive" if found.kind == "drive" else "colabkit.workdir"
+    args = f"{found.rest!r}, quoted=True" if found.rest else "quoted=True"
+    return f"replace {found.prefix}{'/' + found.rest if found.rest else ''} by hand with {{{func}({args})}}"
 
 
 def _unquoted_meta(command: str) -> bool:
@@ -568,8 +577,12 @@ class Rewriter:
                 continue
             if self._display_only(work, node):
                 return
+            inner = classify_colab_path(match.group(0))
+            func = "colabkit.drive" if inner.kind == "drive" else "colabkit.workdir"
+            manual = (f"build this string with {func}({inner.rest!r}) in place of {match.group(0)}"
+                      if inner.kind != "mountpoint" else R.BY_CODE["CK104"].manual)
             work.finding("CK108", node.lineno - 1, f"Colab path {match.group(0)} inside a longer string is left as "
-                         f"it is", False)
+                         f"it is", False, manual)
             return
 
     def _literal_replacement(self, work, node, value, found, func, parent):
@@ -837,20 +850,22 @@ class Rewriter:
             code = "CK209" if continued else "CK104" if found.kind == "mountpoint" else _path_code(found)
             if self.on(code):
                 work.finding(code, line, f"Colab path {match.group(0)} in {what} left as it is: it is not a word "
-                             f"of its own (part of a quoted list or a longer word)", False,
-                             "replace the path by hand (colabkit.drive() / colabkit.workdir())")
+                             f"of its own (part of a quoted list or a longer word)", False, _by_hand(found))
             return
 
     def _report_paths(self, work, line, text, what, why="colabkit cannot rewrite paths there", code=None):
         override = code
-        for token in re.split(r"[\s\"'=,]+", text):
+        words = split_words(text)
+        tokens = [piece for w in words for piece in re.split(r"[=,]", w.value)] if words is not None else \
+            re.split(r"[\s\"'=,]+", text)
+        for token in tokens:
             found = classify_colab_path(token.rstrip(";,)"))
             if found is None:
                 continue
             code = override or ("CK104" if found.kind == "mountpoint" else _path_code(found))
             if self.on(code):
                 work.finding(code, line, f"Colab path {token} in {what} left as it is: {why}", False,
-                             "replace the path by hand (colabkit.drive() / colabkit.workdir())")
+                             _by_hand(found))
             return
 
     # cell magics ----------------------------------------------------------------------------------------------
