@@ -34,7 +34,7 @@ from . import config as _config
 from . import locations as _locations
 from .runtime import detect_kind
 
-__all__ = ["on_colab", "drive", "workdir", "portable_path", "mount_drive", "flush_and_unmount_drive", "upload",
+__all__ = ["on_colab", "drive", "drive_mounted", "workdir", "portable_path", "mount_drive", "flush_and_unmount_drive", "upload",
            "download", "secret", "authenticate_user", "cv2_imshow", "SecretNotFoundError", "AuthenticationError",
            "classify_colab_path", "ColabPath"]
 
@@ -144,6 +144,18 @@ def drive(path=None, *, quoted: bool = False) -> str:
     """
     full = _join(_drive_root(), path)
     return _shell_quote(full) if quoted else full
+
+
+def drive_mounted() -> bool:
+    """Whether "My Drive" is there, without mounting it (so without Colab's consent dialog): on Colab, whether
+    Drive is mounted; elsewhere, whether the drive_root folder exists. The portable form of a notebook's
+    ``os.path.exists('/content/drive')`` before ``drive.mount(...)``."""
+    settings = _config.load()
+    if settings.drive_root == _config.AUTO and on_colab():
+        if _state.mountpoint and os.path.isdir(os.path.join(_state.mountpoint, _MY_DRIVE)):
+            return True
+        return _locations.mounted_colab_drive() is not None
+    return os.path.isdir(_locations.drive_root(settings))
 
 
 def workdir(path=None, *, quoted: bool = False) -> str:

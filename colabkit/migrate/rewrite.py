@@ -503,7 +503,7 @@ class Rewriter:
         return True
 
     def _mount_check(self, work, node, parent, found) -> bool:
-        """os.path.exists('/content/drive') and kin -> os.path.exists(colabkit.drive()) (CK107)."""
+        """os.path.exists('/content/drive') and kin -> colabkit.drive_mounted() (CK107)."""
         if not (isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and not parent.keywords
                 and len(parent.args) == 1 and _dotted(parent.func) in _EXISTS_CALLS):
             return False
@@ -511,16 +511,12 @@ class Rewriter:
             return False
         if not self.on("CK107"):
             return found.kind == "mountpoint"
-        func = _dotted(parent.func)
-        segment = work.text(work.start(node), work.end(node))
-        found_ = work.finding("CK107", node.lineno - 1, f"{func}({segment}) -> "
-                              f"{func.replace('ismount', 'isdir')}(colabkit.drive()): asks whether My Drive is there, "
-                              f"on Colab and at home", True)
+        call = work.text(work.start(parent), work.end(parent))
+        found_ = work.finding("CK107", node.lineno - 1, f"{call} -> colabkit.drive_mounted(): whether My Drive is "
+                              f"there, without mounting it (off Colab: the drive_root folder)", True)
         work.handled.add(node)
-        if func.endswith("ismount"):
-            (l0, c0), (l1, c1) = work.start(parent.func), work.end(parent.func)
-            work.edit((l1, c1 - len("ismount")), (l1, c1), "isdir", found_)
-        work.edit(work.start(node), work.end(node), "colabkit.drive()", found_)
+        work.handled.add(parent.func)
+        work.edit(work.start(parent), work.end(parent), "colabkit.drive_mounted()", found_)
         return True
 
     def _display_only(self, work, node) -> bool:
@@ -685,6 +681,8 @@ class Rewriter:
             return
         if esc.name in R.RAW_PATH_MAGICS:
             self._cd(work, esc)
+        elif esc.name == "env" and not esc.assign:
+            self._env(work, esc)
         elif esc.name in R.WORD_MAGICS:
             self._shell_paths(work, esc, f"%{esc.name}")
         else:
@@ -725,6 +723,36 @@ class Rewriter:
         end = (esc.line, esc.content_col + offset + len(path))
         text = "{" + expr + "}" + ("/" if found.trailing_slash else "")
         item = work.finding("CK202", esc.line, f"%cd {value} -> %cd {text}", True, self._path_manual(found))
+        work.edit(start, end, text, item)
+
+    def _env(self, work, esc):
+        """%env NAME=/content/x (or %env NAME /content/x): the value is one raw path, like %cd's."""
+        if esc.end_line != esc.line:
+            return
+        arg = work.content(esc.line)[esc.content_col:]
+        match = re.match(r"(\w+)(\s*=\s*|\s+)(\S.*?)\s*$", arg)
+        if not match:
+            return
+        value = match.group(3)
+        found = classify_colab_path(value)
+        if found is None:
+            self._report_paths(work, esc.line, value.replace(":", " "), "%env", "colabkit cannot rewrite paths there",
+                               code="CK108")
+            return
+        code = "CK104" if found.kind == "mountpoint" else _path_code(found)
+        if found.kind == "mountpoint" or "{" in value or "$" in value or _EMBEDDED_PATH.search(value[1:]):
+            if self.on(code if found.kind == "mountpoint" else "CK108"):
+                self._report_paths(work, esc.line, value.replace(":", " "), "%env",
+                                   "it is a mount point, a list of paths or built with {...} / $",
+                                   code=None if found.kind == "mountpoint" else "CK108")
+            return
+        if not self.on(code):
+            return
+        text = "{" + self._path_expr(found, quoted=False) + "}" + ("/" if found.trailing_slash else "")
+        start = (esc.line, esc.content_col + match.start(3))
+        end = (esc.line, esc.content_col + match.end(3))
+        item = work.finding(code, esc.line, f"%env {match.group(1)}{match.group(2)}{value} -> {text}", True,
+                            self._path_manual(found))
         work.edit(start, end, text, item)
 
     @staticmethod

@@ -57,8 +57,8 @@ RULES = (
     Rule("CK107", "drive-mount-check", "check for the Drive mount point",
          "os.path.exists / isdir / lexists / ismount('/content/drive') (also '/content/gdrive', a trailing '/', "
          "or '.../MyDrive'): the usual 'mount unless mounted' test",
-         "the same test on colabkit.drive() (os.path.ismount becomes os.path.isdir): on Colab it asks whether My "
-         "Drive is mounted, elsewhere whether the drive_root folder is there, so the branch goes the right way", True),
+         "colabkit.drive_mounted(): on Colab whether Drive is mounted (it never mounts), elsewhere whether the "
+         "drive_root folder is there, so the branch goes the right way on both", True),
     Rule("CK108", "path-in-text", "Colab path used as text",
          "a Colab path inside a longer string (PYTHONPATH lists, messages) or as an argument of a string method "
          "(.replace('/content/drive/', ''), .startswith(...), ...)",

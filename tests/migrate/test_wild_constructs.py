@@ -119,9 +119,9 @@ def test_mount_point_checks_ask_about_drive_root(migrate_sources):
     (new,), findings = migrate_sources(source)
     assert new == ("import os\n"
                    "import colabkit\n"
-                   "if not os.path.exists(colabkit.drive()):\n"
+                   "if not colabkit.drive_mounted():\n"
                    "  colabkit.mount_drive()\n"
-                   "elif os.path.isdir(colabkit.drive()):\n"
+                   "elif colabkit.drive_mounted():\n"
                    "  print('already mounted')")
     assert [(f.line, f.applied) for f in findings if f.code == "CK107"] == [(3, True), (5, True)]
     assert "CK104" not in codes(findings)
@@ -134,7 +134,7 @@ def test_mount_point_check_before_the_import_gets_an_import(migrate_sources):
               "  drive.mount('/content/drive')")
     (new,), _ = migrate_sources(source)
     lines = new.splitlines()
-    assert lines.index("import colabkit") < lines.index("if not os.path.exists(colabkit.drive()):")
+    assert lines.index("import colabkit") < lines.index("if not colabkit.drive_mounted():")
 
 
 def test_mount_point_used_as_a_path_is_still_reported(migrate_sources):
@@ -300,3 +300,17 @@ def test_by_hand_steps_name_the_cells_and_lines(tmp_path, colab_notebook, capsys
     out = capsys.readouterr().out
     assert "    - install ffmpeg with your system package manager (cell 2 line 1, cell 3 line 1)" in out
     assert "give this path a local equivalent (cell 2 line 2)" in out
+
+
+def test_env_magic_with_a_colab_path_value(migrate_sources):
+    source = ("%env LD_PRELOAD=/content/gdrive/MyDrive/sd/libtcmalloc_minimal.so.4\n"
+              "%env DATA_DIR /content/data/\n"
+              "%env PYTHONPATH=/content/a:/content/b")
+    (new,), findings = migrate_sources(source)
+    assert new.splitlines() == [
+        "import colabkit",
+        "%env LD_PRELOAD={colabkit.drive('sd/libtcmalloc_minimal.so.4')}",
+        "%env DATA_DIR {colabkit.workdir('data/')}",
+        "%env PYTHONPATH=/content/a:/content/b"]
+    left = [f for f in findings if not f.applied]
+    assert [(f.line, f.code) for f in left] == [(3, "CK108")]
