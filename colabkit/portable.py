@@ -154,7 +154,10 @@ def drive_mounted() -> bool:
     if settings.drive_root == _config.AUTO and on_colab():
         if _state.mountpoint and os.path.isdir(os.path.join(_state.mountpoint, _MY_DRIVE)):
             return True
-        return _locations.mounted_colab_drive() is not None
+        try:
+            return _locations.mounted_colab_drive() is not None
+        except OSError:  # a Drive mount whose FUSE process died ("Transport endpoint is not connected")
+            return False
     return os.path.isdir(_locations.drive_root(settings))
 
 
