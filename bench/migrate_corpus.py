@@ -8,31 +8,32 @@ code is never run) and check, independently of the rewriter's own bookkeeping:
 - ok:        migrate returned a notebook (no exception, valid JSON out);
 - changed:   how many cells changed;
 - left:      Colab-only paths ('/content...', '/gdrive', 'drive/MyDrive', 'My Drive' under a mount point) still
-             in code, and google.colab imports not under a Colab guard, after migration. Code means what IPython
-             runs: each cell is put through IPython's TransformerManager (so '!cmd' and '%magic' lines count) and
-             tokenized; comments do not count, nor do the notebook's own Colab branches (an ``if`` whose test
-             names something with "colab" in it, e.g. ``if IN_COLAB:`` / ``if colabkit.on_colab():``, and a
-             ``try:`` whose body imports google.colab). Each leftover is either *reported* (migrate's report names
-             that cell and line as a by-hand item or note) or *silent* (nothing tells the user): silent ones are
-             defects;
+             in strings of the code, and google.colab imports not under a Colab guard, after migration. Code means
+             what IPython runs: each cell is put through IPython's TransformerManager (so '!cmd' and '%magic' lines
+             count, as the strings IPython passes on) and parsed; comments and docstrings do not count, nor do the
+             notebook's own Colab branches (an ``if`` whose test names something with "colab" in it, e.g.
+             ``if IN_COLAB:`` / ``if colabkit.on_colab():``, and a ``try:`` whose body imports google.colab).
+             Each leftover is one of: *mapped* (a form field's literal followed by ``x = colabkit.portable_path(x)``:
+             the form keeps working on Colab and the program never uses the Colab path elsewhere); *shown* (text
+             inside print()/logging/an exception message: at home it shows the local path, harmless); *reported*
+             (an unapplied finding of migrate's report in that cell names that path: the user is told what to do);
+             *silent* (none of these: nothing tells the user). Silent ones are defects;
 - idem:      a second migration of the output changes nothing;
 - parses:    every cell that IPython could turn into valid Python before still can after;
 - sources:   nothing but code-cell sources changed (the JSON with code sources removed is equal).
 
 A notebook is clean when ok, idem, parses, sources and no silent leftover all hold. Prints one line per notebook
-and a summary; -v adds each leftover and the by-hand list of the report.
+and a summary; -v adds each leftover. Exit status 0 when every notebook is clean, 1 otherwise.
 """
 from __future__ import annotations
 
 import argparse
 import ast
-import io
 import json
 import platform
 import re
 import sys
 import time
-import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,7 +139,7 @@ def _mapped_form_fields(tree) -> set:
 def leftovers(source: str) -> list:
     """(kind, what, path) for each Colab-only path or unguarded google.colab import left in one code cell. kind:
     "left" (the program uses it), "shown" (only printed), "mapped" (a form field mapped on the next line)."""
-    python, tree = _transform(source)
+    _, tree = _transform(source)
     if tree is None:
         return []
     guarded = _guarded_lines(tree)

@@ -4,13 +4,7 @@ Each test states what a user sees: the migrated cell source, the report's lines,
 """
 from __future__ import annotations
 
-import json
-
-import pytest
-
 from colabkit.cli import main
-from colabkit.migrate import migrate_text
-from colabkit.migrate.report import NotebookReport
 
 
 def codes(findings, applied=None):
@@ -102,6 +96,7 @@ def test_form_field_with_escaped_space_is_mapped(migrate_sources):
     source = "snapshot = '/content/drive/My\\ Drive/results/net.pkl' #@param {type:\"string\"}"
     (new,), findings = migrate_sources(source)
     assert new.splitlines()[-1] == "snapshot = colabkit.portable_path(snapshot)"
+    assert "CK402" in codes(findings, applied=True)
     from colabkit.portable import classify_colab_path
     found = classify_colab_path("/content/drive/My\\ Drive/results/net.pkl")
     assert found is not None and found.kind == "drive" and found.rest == "results/net.pkl"
@@ -158,6 +153,7 @@ def test_escaped_space_in_an_fstring_and_a_shell_line(migrate_sources):
     (new,), findings = migrate_sources(source)
     assert new.splitlines()[1:] == ["out = colabkit.drive(f'runs/{name}')",
                                     "!ls {colabkit.drive('runs', quoted=True)}"]
+    assert codes(findings, applied=False) == [] and "CK106" in codes(findings)
 
 
 # 6. !pip with quoted requirement specifiers -------------------------------------------------------------------------
@@ -255,6 +251,7 @@ def test_matching_against_a_my_drive_path_uses_the_portable_path(migrate_sources
                    "if not p.startswith(colabkit.drive()):\n"
                    "  p = os.path.join(colabkit.drive(), p)\n"
                    "rel = p.replace(colabkit.drive() + '/', '')")
+    assert codes(findings, applied=False) == []
 
 
 def test_fstring_that_joins_an_expression_to_a_colab_prefix(migrate_sources):
