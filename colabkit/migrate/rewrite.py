@@ -829,8 +829,13 @@ class Rewriter:
             self._report_paths(work, esc.line, esc.arg, what, "colabkit cannot locate its words in the lines",
                                code="CK209")
             return
+        # A quote opened on one line and closed on another: each line read alone would be misread.
+        spanning = split_words(joined) is None or any(split_words(text) is None for _, _, text in pieces)
         for number, start, text in pieces:
             if not any(p in text for p in ("content", "drive")):
+                continue
+            if spanning:
+                self._report_paths(work, number, text, what, "a quoted string spans its lines", code="CK209")
                 continue
             if "$" in esc.arg:
                 self._report_paths(work, number, text, what, "the command uses $ expansion, which IPython would "

@@ -311,3 +311,10 @@ def test_env_magic_with_a_colab_path_value(migrate_sources):
         "%env PYTHONPATH=/content/a:/content/b"]
     left = [f for f in findings if not f.applied]
     assert [(f.line, f.code) for f in left] == [(3, "CK108")]
+
+
+def test_continued_escape_with_a_quote_across_lines_is_reported_not_rewritten(migrate_sources):
+    source = '!echo "note: \\\n/content/x \\\nend" > /content/log.txt'
+    (new,), findings = migrate_sources(source)
+    assert new == source
+    assert {f.code for f in findings} == {"CK209"} and not [f for f in findings if f.applied]
