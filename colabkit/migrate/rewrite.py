@@ -56,6 +56,7 @@ class _Edit:
     finding: Finding = None
     order: int = 5             # tie-break for insertions at the same place
     provides_import: bool = False
+    drop: tuple = None         # (start, end, text) that removes a nested "import colabkit" made redundant
     top_level: bool = False
     new_span: tuple = None     # (start, end) offsets in the new source, set when applied
 
@@ -1011,7 +1012,11 @@ class Rewriter:
                     work.edit((l0, 0), (end[0] + 1, 0) if end[0] + 1 < len(work.lines) else
                               (end[0], len(work.lines[end[0]])), "", found)
                 else:
-                    work.edit((l0, c0), end, text, found, provides_import=provides, top_level=top)
+                    e = work.edit((l0, c0), end, text, found, provides_import=provides, top_level=top)
+                    if text == "import colabkit" and not top:
+                        e.drop = ((l0, c0), end, "pass") if work.only_in_block(node) else \
+                            ((l0, 0), (end[0] + 1, 0) if end[0] + 1 < len(work.lines) else
+                             (end[0], len(work.lines[end[0]])), "")
                 if provides and top:
                     dedupe = True
 
@@ -1034,6 +1039,11 @@ class Rewriter:
                 found = work.finding("CK301", line, "import colabkit added before its first use", True)
                 work.edit((line, 0), (line, 0), "import colabkit\n", found, order=0)
                 have = True
+                for e in work.edits:  # a google.colab import nested below now needs no replacement of its own
+                    if e.drop is not None and e.start[0] >= line:
+                        e.start, e.end, e.text = e.drop
+                        e.provides_import = False
+                        e.finding.message = "google.colab import dropped: colabkit is imported at the top of the cell"
             if provides:
                 have = True
 

@@ -119,7 +119,7 @@ CASES = {
                        "drive.mount('/content/drive')\nfiles.upload()\nuserdata.get('K')",
                        "import colabkit\ncolabkit.mount_drive()\ncolabkit.upload()\ncolabkit.secret('K')"),
     "import-in-function": ("def setup():\n    from google.colab import drive\n    drive.mount('/content/drive')",
-                           "import colabkit\ndef setup():\n    import colabkit\n    colabkit.mount_drive()"),
+                           "import colabkit\ndef setup():\n    colabkit.mount_drive()"),
     "guard-widget-manager": ("from google.colab import output\noutput.enable_custom_widget_manager()",
                              "import colabkit\nif colabkit.on_colab():\n    from google.colab import output\n"
                              "if colabkit.on_colab():\n    output.enable_custom_widget_manager()"),

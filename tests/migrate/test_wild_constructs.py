@@ -318,3 +318,21 @@ def test_continued_escape_with_a_quote_across_lines_is_reported_not_rewritten(mi
     (new,), findings = migrate_sources(source)
     assert new == source
     assert {f.code for f in findings} == {"CK209"} and not [f for f in findings if f.applied]
+
+
+def test_mount_check_with_the_import_inside_gets_one_import(migrate_sources):
+    source = ("import os\n"
+              "if not os.path.exists('/content/drive'):\n"
+              "  from google.colab import drive\n"
+              "  drive.mount('/content/drive')\n"
+              "if not os.path.isdir('/content/drive'):\n"
+              "  from google.colab import drive")
+    (new,), findings = migrate_sources(source)
+    assert new == ("import os\n"
+                   "import colabkit\n"
+                   "if not colabkit.drive_mounted():\n"
+                   "  colabkit.mount_drive()\n"
+                   "if not colabkit.drive_mounted():\n"
+                   "  pass")
+    (twice,), again = migrate_sources(new)
+    assert twice == new and not [f for f in again if f.applied]
