@@ -111,6 +111,51 @@ def _by_hand(found) -> str:
     return f"replace {found.prefix}{'/' + found.rest if found.rest else ''} by hand with {{{func}({args})}}"
 
 
+_DOLLAR = re.compile(r"\$(\$?)([A-Za-z_]\w*)")
+
+
+def _dollar_names(command: str) -> list:
+    """The names IPython's $-expansion looks up in ``command`` ($name, $name.attr; not $$name, not inside single
+    quotes, as IPython's DollarFormatter)."""
+    names = []
+    for match in _DOLLAR.finditer(command):
+        if match.group(1) or command[:match.start()].count("'") % 2:
+            continue
+        names.append(match.group(2))
+    return names
+
+
+def _dollar_hint(command: str, bound) -> str:
+    """The second half of the by-hand step for a line whose $ expansions block the rewrite."""
+    missing = sorted({n for n in _dollar_names(command) if n not in bound})
+    if missing:
+        env = ", ".join(f"${n} by {{os.environ['{n}']}}" for n in missing)
+        return f", and {env} (IPython expands the line only when every name in it is a Python value)"
+    return ", and each ${...} by a Python expression IPython can evaluate"
+
+
+def _bound_names(tree) -> set:
+    """Names a cell binds in the notebook's namespace: assignments, loop and with targets, imports, defs and
+    classes, outside function bodies (a function's locals are not what a top-level $name sees)."""
+    names = set()
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            return
+        if isinstance(node, ast.Lambda):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(_binding(node, a) for a in node.names if a.name != "*")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
 def _unquoted_meta(command: str) -> bool:
     """The shell would treat some character of ``command`` as a pipe, redirection, list or expansion:
     |&;<> outside quotes, $ and ` outside single quotes. A quoted "pkg<2" is a plain word."""
@@ -259,6 +304,11 @@ class Rewriter:
             works.append(_CellWork(index, source, code))
         self.unit = _indent_unit(works)
         self.bindings = {}
+        self.python_names = set()   # names the notebook's Python binds at top level: what IPython's $name expands
+        if any("$" in e.arg for w in works for e in w.code.escapes):
+            for work in works:
+                if work.code.tree is not None and work.code.problem is None:
+                    self.python_names.update(_bound_names(work.code.tree))
         for work in works:
             if work.code.tree is not None and work.code.problem is None and "colab" in work.source:
                 self._collect_bindings(work)
@@ -802,15 +852,29 @@ class Rewriter:
         if esc.end_line != esc.line:
             self._continued_paths(work, esc, what)
             return
-        if "$" in command:
-            self._report_paths(work, esc.line, command, what,
-                               "it uses $ expansion, which IPython would also apply to a colabkit expression")
+        why = self._dollar_problem(command)
+        if why:
+            self._report_paths(work, esc.line, command, what, why, hint=_dollar_hint(command, self.python_names))
             return
         line_text = work.content(esc.line)
         if line_text[esc.content_col:esc.content_col + len(command)] != command:
             self._report_paths(work, esc.line, command, what, "colabkit cannot locate its words in the line")
             return
         self._rewrite_words(work, esc.line, esc.content_col, command, what)
+
+    def _dollar_problem(self, command) -> str:
+        """Why a {colabkit...} expression cannot be added to this command because of its $ expansions ("" if it
+        can). IPython expands $name and {expr} in one pass, all or nothing: if one name is missing (a shell
+        variable), nothing is expanded. So every $name must be a name the notebook's Python binds."""
+        if "$" not in command:
+            return ""
+        if "${" in command:
+            return "it uses ${...}, which IPython reads as a Python expression"
+        missing = sorted({name for name in _dollar_names(command) if name not in self.python_names})
+        if missing:
+            return (f"it uses {', '.join('$' + n for n in missing)}, which no Python code in the notebook binds "
+                    f"(a shell variable?); IPython would then expand nothing, colabkit expressions included")
+        return ""
 
     def _continued_paths(self, work, esc, what):
         """A shell escape continued with '\\' over several lines (CK209): each line's words, in place."""
@@ -838,9 +902,10 @@ class Rewriter:
             if spanning:
                 self._report_paths(work, number, text, what, "a quoted string spans its lines", code="CK209")
                 continue
-            if "$" in esc.arg:
-                self._report_paths(work, number, text, what, "the command uses $ expansion, which IPython would "
-                                   "also apply to a colabkit expression", code="CK209")
+            why = self._dollar_problem(esc.arg)
+            if why:
+                self._report_paths(work, number, text, what, why, code="CK209",
+                                   hint=_dollar_hint(esc.arg, self.python_names))
                 continue
             self._rewrite_words(work, number, start, text, what, continued=True)
 
@@ -887,7 +952,8 @@ class Rewriter:
                              f"of its own (part of a quoted list or a longer word)", False, _by_hand(found))
             return
 
-    def _report_paths(self, work, line, text, what, why="colabkit cannot rewrite paths there", code=None):
+    def _report_paths(self, work, line, text, what, why="colabkit cannot rewrite paths there", code=None,
+                      hint=""):
         override = code
         words = split_words(text)
         tokens = [piece for w in words for piece in re.split(r"[=,]", w.value)] if words is not None else \
@@ -899,7 +965,7 @@ class Rewriter:
             code = override or ("CK104" if found.kind == "mountpoint" else _path_code(found))
             if self.on(code):
                 work.finding(code, line, f"Colab path {token} in {what} left as it is: {why}", False,
-                             _by_hand(found))
+                             _by_hand(found) + hint)
             return
 
     # cell magics ----------------------------------------------------------------------------------------------

@@ -336,3 +336,27 @@ def test_mount_check_with_the_import_inside_gets_one_import(migrate_sources):
                    "  pass")
     (twice,), again = migrate_sources(new)
     assert twice == new and not [f for f in again if f.applied]
+
+
+def test_dollar_names_the_notebook_binds_do_not_block_the_rewrite(migrate_sources):
+    # IPython expands $name and {expr} together, all or nothing: safe when every $name is a Python name
+    first = 'MODEL_PATH = "model.ckpt"\nfor step in range(2):\n  pass'
+    second = ('!python /content/convert.py "$MODEL_PATH" --step $step \\\n'
+              '  --out /content/drive/MyDrive/out\n'
+              "!echo '$HOME is not expanded by IPython' /content/x")
+    (_, new), findings = migrate_sources(first, second)
+    assert new.splitlines() == [
+        "import colabkit",
+        "!python {colabkit.workdir('convert.py', quoted=True)} \"$MODEL_PATH\" --step $step \\",
+        "  --out {colabkit.drive('out', quoted=True)}",
+        "!echo '$HOME is not expanded by IPython' {colabkit.workdir('x', quoted=True)}"]
+    assert not [f for f in findings if not f.applied]
+
+
+def test_dollar_name_the_notebook_does_not_bind_keeps_the_line_and_says_which(migrate_sources):
+    source = '!python /content/train.py --out $OUTPUT_DIR\n!cp /content/a ${HOME}/a'
+    (new,), findings = migrate_sources(source)
+    assert new == source
+    left = [f for f in findings if not f.applied]
+    assert [f.line for f in left] == [1, 2]
+    assert "$OUTPUT_DIR" in left[0].message and "${" in left[1].message
