@@ -35,6 +35,7 @@ _LAZY = {
     # portable stand-ins for Colab-only calls (what `colabkit migrate` rewrites notebooks to use)
     "on_colab": ("colabkit.portable", "on_colab"),
     "drive": ("colabkit.portable", "drive"),
+    "drive_mounted": ("colabkit.portable", "drive_mounted"),
     "workdir": ("colabkit.portable", "workdir"),
     "portable_path": ("colabkit.portable", "portable_path"),
     "mount_drive": ("colabkit.portable", "mount_drive"),

@@ -34,7 +34,7 @@ from . import config as _config
 from . import locations as _locations
 from .runtime import detect_kind
 
-__all__ = ["on_colab", "drive", "workdir", "portable_path", "mount_drive", "flush_and_unmount_drive", "upload",
+__all__ = ["on_colab", "drive", "drive_mounted", "workdir", "portable_path", "mount_drive", "flush_and_unmount_drive", "upload",
            "download", "secret", "authenticate_user", "cv2_imshow", "SecretNotFoundError", "AuthenticationError",
            "classify_colab_path", "ColabPath"]
 
@@ -44,7 +44,7 @@ _MY_DRIVE = "MyDrive"
 # Colab path spellings, most specific first. kind: "drive" (inside My Drive), "mountpoint" (the Drive mount point
 # or a folder beside My Drive: Shared drives, shortcuts), "content" (Colab's /content working area).
 # spelling: "current" (what Colab writes today), "old" (older mount points and the "My Drive" folder name),
-# "relative" (relative to /content, Colab's default working directory).
+# "relative" (relative to /content, Colab's default working directory), "escaped" ("My\\ Drive" with a shell escape).
 COLAB_PATH_PREFIXES = (
     ("/content/drive/MyDrive", "drive", "current"),
     ("/content/drive/My Drive", "drive", "old"),
@@ -56,6 +56,11 @@ COLAB_PATH_PREFIXES = (
     ("drive/My Drive", "drive", "relative"),
     ("gdrive/MyDrive", "drive", "relative"),
     ("gdrive/My Drive", "drive", "relative"),
+    # "My\ Drive": a shell-escaped space copied into a Python string (works in a shell line only)
+    ("/content/drive/My\\ Drive", "drive", "escaped"),
+    ("/content/gdrive/My\\ Drive", "drive", "escaped"),
+    ("/gdrive/My\\ Drive", "drive", "escaped"),
+    ("drive/My\\ Drive", "drive", "escaped"),
     ("/content/drive", "mountpoint", "current"),
     ("/content/gdrive", "mountpoint", "old"),
     ("/gdrive", "mountpoint", "old"),
@@ -67,7 +72,7 @@ COLAB_PATH_PREFIXES = (
 class ColabPath:
     """A path string recognised as Colab-specific: ``prefix`` + ("/" + ``rest``)."""
     kind: str            # "drive", "mountpoint" or "content"
-    spelling: str        # "current", "old" or "relative"
+    spelling: str        # "current", "old", "relative" or "escaped"
     prefix: str          # the matched prefix, e.g. "/content/drive/My Drive"
     rest: str            # the part below the prefix, without a leading "/" ("" for the prefix itself)
     trailing_slash: bool  # the original ended with "/" right after the prefix (rest == "")
@@ -139,6 +144,21 @@ def drive(path=None, *, quoted: bool = False) -> str:
     """
     full = _join(_drive_root(), path)
     return _shell_quote(full) if quoted else full
+
+
+def drive_mounted() -> bool:
+    """Whether "My Drive" is there, without mounting it (so without Colab's consent dialog): on Colab, whether
+    Drive is mounted; elsewhere, whether the drive_root folder exists. The portable form of a notebook's
+    ``os.path.exists('/content/drive')`` before ``drive.mount(...)``."""
+    settings = _config.load()
+    if settings.drive_root == _config.AUTO and on_colab():
+        if _state.mountpoint and os.path.isdir(os.path.join(_state.mountpoint, _MY_DRIVE)):
+            return True
+        try:
+            return _locations.mounted_colab_drive() is not None
+        except OSError:  # a Drive mount whose FUSE process died ("Transport endpoint is not connected")
+            return False
+    return os.path.isdir(_locations.drive_root(settings))
 
 
 def workdir(path=None, *, quoted: bool = False) -> str:

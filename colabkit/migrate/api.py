@@ -116,7 +116,8 @@ def migrate_notebook(path, output=None, *, in_place: bool = False, check: bool =
             raise MigrateError(str(exc)) from None
         report = NotebookReport(path=shown, status=STATUS_UNCHANGED, output=str(target), findings=findings,
                                 changes=changes)
-        if not changes:
+        explicit = output is not None and not in_place
+        if not changes and not (explicit and not check):
             report.output = None
             return report
         if check:
@@ -134,11 +135,15 @@ def migrate_notebook(path, output=None, *, in_place: bool = False, check: bool =
                 except (OSError, UnicodeDecodeError):
                     same = False
                 if same:
-                    report.status = STATUS_MIGRATED
+                    report.status = STATUS_MIGRATED if changes else STATUS_UNCHANGED
+                    report.copied = not changes
                     return report
                 raise MigrateError(f"the output {target} already exists; pass --force to overwrite it, or -o to "
                                    f"write elsewhere")
             _write_atomic(target, new_text, mode_from=path)
+            if not changes:  # the user named an output: they get one, an identical copy
+                report.copied = True
+                return report
         else:
             backup = _backup_path(path)
             shutil.copy2(path, backup)

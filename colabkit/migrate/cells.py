@@ -13,6 +13,7 @@ import dataclasses
 import importlib.util
 import os
 import sys
+import warnings
 
 from .nbjson import split_lines
 
@@ -76,6 +77,14 @@ class CellCode:
     problem: tuple = None       # (rule code, line (1-based), message) when the cell is left alone
 
 
+def _compile(text: str):
+    """ast of ``text``; the warnings CPython gives about the notebook's own code (invalid escape sequences such as
+    "My\\ Drive") are the notebook's business, not migrate's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return compile(text, "<cell>", "exec", _AST_FLAGS)
+
+
 def read_cell(source: str, python_cell_magics) -> CellCode:
     lines = split_lines(source)
     cell = CellCode(lines=lines)
@@ -98,7 +107,7 @@ def read_cell(source: str, python_cell_magics) -> CellCode:
             cell.body_start = 1
     code_lines = ["\n"] * cell.body_start + lines[cell.body_start:]
     try:
-        cell.tree = compile("".join(code_lines), "<cell>", "exec", _AST_FLAGS)
+        cell.tree = _compile("".join(code_lines))
         return cell  # valid Python as it stands: IPython would change nothing
     except (SyntaxError, ValueError):
         pass
@@ -119,7 +128,7 @@ def read_cell(source: str, python_cell_magics) -> CellCode:
         cell.problem = ("CK002", 1, f"IPython's input transformer failed on it ({exc})")
         return cell
     try:
-        cell.tree = compile("".join(masked), "<cell>", "exec", _AST_FLAGS)
+        cell.tree = _compile("".join(masked))
     except SyntaxError as exc:
         cell.problem = ("CK001", exc.lineno or 1, f"SyntaxError: {exc.msg}")
     except ValueError as exc:

@@ -8,7 +8,7 @@ from . import rules as R
 
 STATUS_MIGRATED = "migrated"          # written to ``output``
 STATUS_WOULD = "would migrate"        # --check / --diff: changes needed, nothing written
-STATUS_UNCHANGED = "unchanged"        # nothing to change, nothing written
+STATUS_UNCHANGED = "unchanged"        # nothing to change; written only to an output the user named
 STATUS_ERROR = "error"                # could not be processed; ``error`` says why
 
 
@@ -29,6 +29,7 @@ class NotebookReport:
     error: str = None
     findings: list = dataclasses.field(default_factory=list)
     changes: list = dataclasses.field(default_factory=list)   # CellChange per changed cell
+    copied: bool = False         # nothing to change, but the named output got an identical copy
 
     @property
     def changed(self) -> bool:
@@ -61,7 +62,7 @@ class NotebookReport:
     def as_dict(self) -> dict:
         return {
             "path": self.path, "status": self.status, "output": self.output, "backup": self.backup,
-            "error": self.error, "changed": self.changed,
+            "error": self.error, "changed": self.changed, "copied": self.copied,
             "findings": [{"code": f.code, "rule": R.BY_CODE[f.code].name, "cell": f.cell + 1, "line": f.line,
                           "message": f.message, "applied": f.applied, "manual": f.manual or None,
                           "before": f.before, "after": f.after} for f in self.findings],
@@ -86,8 +87,8 @@ class NotebookReport:
         applied, by_hand = self.counts()
         if self.status == STATUS_UNCHANGED:
             head = f"{self.path}: nothing to change"
-            if self.output and not self.changed:
-                head += " (nothing written)"
+            if self.copied:
+                head += f"; unchanged copy written to {self.output}"
         elif self.status == STATUS_WOULD:
             head = f"{self.path}: would migrate to {self.output}: {applied} change{'s' * (applied != 1)}"
         else:
@@ -110,7 +111,17 @@ class NotebookReport:
         steps = self.manual_steps
         if steps:
             lines.append("  by hand:")
-            lines.extend(f"    - {step}" for step in steps)
+            where = {}
+            for found in self.findings:
+                if found.manual:
+                    places = where.setdefault(found.manual, [])
+                    place = f"cell {found.cell + 1} line {found.line}"
+                    if place not in places:
+                        places.append(place)
+            for step in steps:
+                places = where.get(step, [])
+                shown = ", ".join(places[:6]) + (f" and {len(places) - 6} more" if len(places) > 6 else "")
+                lines.append(f"    - {step}" + (f" ({shown})" if shown else ""))
         if self.changed:
             lines.append(f"  to run it: {self.install} (the migrated notebook imports colabkit itself)")
         return "\n".join(lines)

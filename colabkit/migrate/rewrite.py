@@ -18,10 +18,13 @@ from collections import Counter
 from ..portable import classify_colab_path
 from . import rules as R
 from .cells import read_cell
-from .shell import path_spans
+from .shell import path_spans, split_words
 
 _PIP_HEAD = re.compile(r"!\s*(?:pip3?|python3?\s+-m\s+pip|\{sys\.executable\}\s+-m\s+pip)(?=\s|$)")
 _SHELL_META = frozenset("|&;<>`$\n")
+# Colab paths anywhere in a shell command line (to find those that are not words of their own)
+_SHELL_PATH = re.compile(r"(?:(?<=^)|(?<=[\s'\"=,:;(]))(?:/content|/gdrive|drive/MyDrive)(?:/[^\s'\",:;)]*)?"
+                         r"(?=$|[\s'\",:;)/])")
 _APT = re.compile(r"^\s*(?:sudo\s+)?apt(?:-get)?\s+(?:.*\s)?install\b")
 _NVIDIA_SMI = re.compile(r"^\s*nvidia-smi(?:\s+[-\w=.,]+)*\s*$")
 _FORM = re.compile(r"#\s*@(title|param|markdown)\b")
@@ -53,6 +56,7 @@ class _Edit:
     finding: Finding = None
     order: int = 5             # tie-break for insertions at the same place
     provides_import: bool = False
+    drop: tuple = None         # (start, end, text) that removes a nested "import colabkit" made redundant
     top_level: bool = False
     new_span: tuple = None     # (start, end) offsets in the new source, set when applied
 
@@ -71,6 +75,110 @@ class _Ref:
     qualname: str
     binding: str
     guarded: bool
+
+
+def _path_code(found, chdir=False) -> str:
+    """The rule of a Colab path (kind "drive" or "content")."""
+    if chdir:
+        return "CK202"
+    if found.kind == "content":
+        return "CK201"
+    return {"current": "CK102", "escaped": "CK106"}.get(found.spelling, "CK103")
+
+
+# Calls whose first argument is tested for existence: '/content/drive' there asks "is Drive mounted?" (CK107).
+_EXISTS_CALLS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists", "os.path.ismount", "path.exists",
+                           "path.isdir", "path.lexists", "path.ismount", "exists", "isdir", "lexists", "ismount"})
+# String methods whose argument is text to match, not a place to open: '/content/...' there is text (CK108).
+_TEXT_METHODS = frozenset({"replace", "startswith", "endswith", "removeprefix", "removesuffix", "split", "rsplit",
+                           "partition", "rpartition", "find", "rfind", "index", "rindex", "count", "strip", "lstrip",
+                           "rstrip", "sub", "subn", "match", "search", "fullmatch"})
+# Calls that only show text: a Colab path used as text inside them changes nothing but what is printed.
+_DISPLAY_CALLS = frozenset({"print", "display", "Markdown", "HTML", "write", "info", "warning", "warn", "error",
+                            "debug", "log", "exception", "critical", "set_description", "set_postfix", "set_title",
+                            "title", "xlabel", "ylabel", "suptitle"})
+# A Colab path somewhere inside a longer string (not at its start), e.g. "x:/content/models/research".
+_EMBEDDED_PATH = re.compile(r"(?<=[\s:;,=(\[{'\"])(?:/content(?:/[^\s:;,'\"]*)?|/gdrive(?:/[^\s:;,'\"]*)?)"
+                            r"(?=$|[\s:;,)\]}'\"])")
+
+
+def _by_hand(found) -> str:
+    """The by-hand step for a Colab path in a shell line that migrate could not rewrite."""
+    if found.kind == "mountpoint":
+        return R.BY_CODE["CK104"].manual
+    func = "colabkit.drive" if found.kind == "drive" else "colabkit.workdir"
+    args = f"{found.rest!r}, quoted=True" if found.rest else "quoted=True"
+    return f"replace {found.prefix}{'/' + found.rest if found.rest else ''} by hand with {{{func}({args})}}"
+
+
+_DOLLAR = re.compile(r"\$(\$?)([A-Za-z_]\w*)")
+
+
+def _dollar_names(command: str) -> list:
+    """The names IPython's $-expansion looks up in ``command`` ($name, $name.attr; not $$name, not inside single
+    quotes, as IPython's DollarFormatter)."""
+    names = []
+    for match in _DOLLAR.finditer(command):
+        if match.group(1) or command[:match.start()].count("'") % 2:
+            continue
+        names.append(match.group(2))
+    return names
+
+
+def _dollar_hint(command: str, bound) -> str:
+    """The second half of the by-hand step for a line whose $ expansions block the rewrite."""
+    missing = sorted({n for n in _dollar_names(command) if n not in bound})
+    if missing:
+        env = ", ".join(f"${n} by {{os.environ['{n}']}}" for n in missing)
+        return f", and {env} (IPython expands the line only when every name in it is a Python value)"
+    return ", and each ${...} by a Python expression IPython can evaluate"
+
+
+def _bound_names(tree) -> set:
+    """Names a cell binds in the notebook's namespace: assignments, loop and with targets, imports, defs and
+    classes, outside function bodies (a function's locals are not what a top-level $name sees)."""
+    names = set()
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            return
+        if isinstance(node, ast.Lambda):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(_binding(node, a) for a in node.names if a.name != "*")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
+def _unquoted_meta(command: str) -> bool:
+    """The shell would treat some character of ``command`` as a pipe, redirection, list or expansion:
+    |&;<> outside quotes, $ and ` outside single quotes. A quoted "pkg<2" is a plain word."""
+    quote = ""
+    i = 0
+    while i < len(command):
+        c = command[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif c == "\\" and i + 1 < len(command):
+            i += 2
+            continue
+        elif quote == '"':
+            if c == '"':
+                quote = ""
+            elif c in "$`":
+                return True
+        elif c in "'\"":
+            quote = c
+        elif c in _SHELL_META:
+            return True
+        i += 1
+    return False
 
 
 def _is_colab(qualname) -> bool:
@@ -196,6 +304,11 @@ class Rewriter:
             works.append(_CellWork(index, source, code))
         self.unit = _indent_unit(works)
         self.bindings = {}
+        self.python_names = set()   # names the notebook's Python binds at top level: what IPython's $name expands
+        if any("$" in e.arg for w in works for e in w.code.escapes):
+            for work in works:
+                if work.code.tree is not None and work.code.problem is None:
+                    self.python_names.update(_bound_names(work.code.tree))
         for work in works:
             if work.code.tree is not None and work.code.problem is None and "colab" in work.source:
                 self._collect_bindings(work)
@@ -282,6 +395,8 @@ class Rewriter:
                     continue
                 if node.values and isinstance(node.values[0], ast.Constant) and isinstance(node.values[0].value, str):
                     self._literal(work, node, node.values[0].value, parent)
+                elif not work.is_guarded(work.start(node)):
+                    self._embedded(work, node, parent)
 
     def _call(self, work, call):
         qual, _ = self._qualname(call.func)
@@ -363,21 +478,40 @@ class Rewriter:
         visit(tree)
 
     def _literal(self, work, node, value, parent):
-        found = classify_colab_path(value)
-        if found is None or work.is_guarded(work.start(node)):
+        if work.is_guarded(work.start(node)):
             return
-        if isinstance(node, ast.JoinedStr) and not (found.rest or found.trailing_slash):
-            return  # f"/content{x}": the static part does not end at a folder boundary
+        found = classify_colab_path(value)
         line = node.lineno - 1
+        if found is None:
+            self._embedded(work, node, parent)
+            return
+        if self._as_text(work, node, parent, value, found):
+            return
+        constant_fstring = isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values)
+        if isinstance(node, ast.JoinedStr) and not (found.rest or found.trailing_slash) and not constant_fstring:
+            # f"/content{x}": the static part does not end at a folder boundary
+            if found.kind != "mountpoint" and self._fstring_prefix(work, node, value, found):
+                return
+            if self.on("CK108"):
+                work.finding("CK108", line, f"{work.text(work.start(node), work.end(node))}: a Colab path joined to "
+                             f"an expression without a '/' between them is left as it is", False,
+                             "write the path with colabkit.drive() / colabkit.workdir(), e.g. "
+                             "f\"{colabkit.drive()}{...}\"")
+            return
         chdir = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and \
             _dotted(parent.func) in ("os.chdir", "chdir")
+        if self._mount_check(work, node, parent, found):
+            return
         if found.kind == "mountpoint":
             if self.on("CK104"):
                 work.finding("CK104", line, f"{value!r} is a Drive path outside My Drive", False)
             return
-        code = ("CK202" if chdir else "CK102" if found.spelling == "current" else "CK103") \
-            if found.kind == "drive" else ("CK202" if chdir else "CK201")
+        code = _path_code(found, chdir)
         if not self.on(code):
+            return
+        if _EMBEDDED_PATH.search(value[1:]):  # "/content/a.npz,/content/b.npz": several paths in one string
+            if self.on("CK108"):
+                work.finding("CK108", line, f"{value!r} holds several Colab paths; left as it is", False)
             return
         if _FORM.search(work.content(node.end_lineno - 1)) and "@param" in work.content(node.end_lineno - 1):
             self._form_path(work, node, value)
@@ -392,6 +526,111 @@ class Rewriter:
         segment = work.text(work.start(node), work.end(node))
         found_ = work.finding(code, line, f"{segment} -> {replacement}", True, manual)
         work.edit(work.start(node), work.end(node), replacement, found_)
+
+    def _fstring_prefix(self, work, node, value, found) -> bool:
+        """f"/content{x}" -> f"{colabkit.workdir()}{x}": only the prefix is replaced by its equivalent, so the
+        string is the same on Colab whatever x holds."""
+        code = _path_code(found)
+        if not self.on(code):
+            return True
+        segment = work.text(work.start(node), work.end(node))
+        match = _STR_PREFIX.match(segment)
+        if not (match and _single_literal(segment) and "f" in match.group(1).lower()):
+            return False
+        letters, quote = match.groups()
+        body_start = match.end()
+        if not segment[body_start:].startswith(value):
+            return False
+        func = "colabkit.drive" if found.kind == "drive" else "colabkit.workdir"
+        (l0, c0) = work.start(node)
+        if work.end(node)[0] != l0:
+            return False
+        start = (l0, c0 + body_start)
+        end = (l0, c0 + body_start + len(value))
+        text = "{" + func + "()}"
+        found_ = work.finding(code, l0, f"{segment} -> {letters}{quote}{text}{segment[body_start + len(value):]}",
+                              True, self._path_manual(found))
+        work.edit(start, end, text, found_)
+        return True
+
+    def _mount_check(self, work, node, parent, found) -> bool:
+        """os.path.exists('/content/drive') and kin -> colabkit.drive_mounted() (CK107)."""
+        if not (isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and not parent.keywords
+                and len(parent.args) == 1 and _dotted(parent.func) in _EXISTS_CALLS):
+            return False
+        if found.rest or found.kind not in ("mountpoint", "drive"):
+            return False
+        if not self.on("CK107"):
+            return found.kind == "mountpoint"
+        call = work.text(work.start(parent), work.end(parent))
+        found_ = work.finding("CK107", node.lineno - 1, f"{call} -> colabkit.drive_mounted(): whether My Drive is "
+                              f"there, without mounting it (off Colab: the drive_root folder)", True)
+        work.handled.add(node)
+        work.handled.add(parent.func)
+        work.edit(work.start(parent), work.end(parent), "colabkit.drive_mounted()", found_)
+        return True
+
+    def _display_only(self, work, node) -> bool:
+        """The value is only shown: it sits in print(...), logging, a raised exception's message."""
+        current = node
+        while current is not None and not isinstance(current, ast.Module):
+            parent = work.parents.get(current)
+            if isinstance(parent, ast.Call) and current is not parent.func:
+                name = _dotted(parent.func).rsplit(".", 1)[-1] or \
+                    (parent.func.attr if isinstance(parent.func, ast.Attribute) else "")
+                if name in _DISPLAY_CALLS or name.endswith(("Error", "Exception", "Warning")):
+                    return True
+            if isinstance(parent, (ast.Raise, ast.Assert)):
+                return True
+            if isinstance(parent, ast.stmt):
+                return False
+            current = parent
+        return False
+
+    def _as_text(self, work, node, parent, value, found) -> bool:
+        """A Colab path used as text (a string method's argument, 'x' in s). Where the result is only shown it is
+        left alone (at home the message shows the full local path: harmless). Otherwise a path with a portable
+        equivalent is rewritten like any other (the text it is matched against is a real path, which at home
+        starts with colabkit.drive() / colabkit.workdir()); the bare mount point has none: reported (CK108)."""
+        method = None
+        if isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Attribute) and \
+                parent.func.attr in _TEXT_METHODS and not _dotted(parent.func).startswith("os."):
+            method = f".{parent.func.attr}(...)"
+        elif isinstance(parent, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops):
+            method = "an 'in' test"
+        if method is None:
+            return False
+        if self._display_only(work, node):
+            work.handled.add(node)
+            return True
+        if found.kind != "mountpoint":
+            return False
+        work.handled.add(node)
+        if self.on("CK108"):
+            work.finding("CK108", node.lineno - 1, f"{value!r} is used as text in {method}; left as it is", False,
+                         f"at home paths do not start with {value!r}: match against colabkit.drive() (My Drive) "
+                         f"instead, by hand")
+        return True
+
+    def _embedded(self, work, node, parent):
+        """A Colab path inside a longer string: cannot be rewritten without knowing the string's syntax (CK108)."""
+        if not self.on("CK108"):
+            return
+        values = [node.value] if isinstance(node, ast.Constant) else \
+            [v.value for v in getattr(node, "values", []) if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+        for value in values:
+            match = _EMBEDDED_PATH.search(value)
+            if match is None or classify_colab_path(match.group(0)) is None:
+                continue
+            if self._display_only(work, node):
+                return
+            inner = classify_colab_path(match.group(0))
+            func = "colabkit.drive" if inner.kind == "drive" else "colabkit.workdir"
+            manual = (f"build this string with {func}({inner.rest!r}) in place of {match.group(0)}"
+                      if inner.kind != "mountpoint" else R.BY_CODE["CK104"].manual)
+            work.finding("CK108", node.lineno - 1, f"Colab path {match.group(0)} inside a longer string is left as "
+                         f"it is", False, manual)
+            return
 
     def _literal_replacement(self, work, node, value, found, func, parent):
         segment = work.text(work.start(node), work.end(node))
@@ -493,6 +732,8 @@ class Rewriter:
             return
         if esc.name in R.RAW_PATH_MAGICS:
             self._cd(work, esc)
+        elif esc.name == "env" and not esc.assign:
+            self._env(work, esc)
         elif esc.name in R.WORD_MAGICS:
             self._shell_paths(work, esc, f"%{esc.name}")
         else:
@@ -513,7 +754,14 @@ class Rewriter:
         quoted = len(path) >= 2 and path[0] == path[-1] and path[0] in "'\""
         value = path[1:-1] if quoted else path
         found = classify_colab_path(value)
-        if found is None or "{" in value or "$" in value:
+        if found is None:
+            return
+        if "{" in value or "$" in value:
+            code = "CK104" if found.kind == "mountpoint" else "CK202"
+            if self.on(code):
+                work.finding(code, esc.line, f"%cd {value} left as it is: it is built with IPython's {{...}} / $ "
+                             f"expansion", False, "rewrite it by hand as %cd {colabkit.drive(...)} / %cd {colabkit.workdir(...)}, "
+                             "building the rest of the path in Python")
             return
         if found.kind == "mountpoint":
             if self.on("CK104"):
@@ -526,6 +774,36 @@ class Rewriter:
         end = (esc.line, esc.content_col + offset + len(path))
         text = "{" + expr + "}" + ("/" if found.trailing_slash else "")
         item = work.finding("CK202", esc.line, f"%cd {value} -> %cd {text}", True, self._path_manual(found))
+        work.edit(start, end, text, item)
+
+    def _env(self, work, esc):
+        """%env NAME=/content/x (or %env NAME /content/x): the value is one raw path, like %cd's."""
+        if esc.end_line != esc.line:
+            return
+        arg = work.content(esc.line)[esc.content_col:]
+        match = re.match(r"(\w+)(\s*=\s*|\s+)(\S.*?)\s*$", arg)
+        if not match:
+            return
+        value = match.group(3)
+        found = classify_colab_path(value)
+        if found is None:
+            self._report_paths(work, esc.line, value.replace(":", " "), "%env", "colabkit cannot rewrite paths there",
+                               code="CK108")
+            return
+        code = "CK104" if found.kind == "mountpoint" else _path_code(found)
+        if found.kind == "mountpoint" or "{" in value or "$" in value or _EMBEDDED_PATH.search(value[1:]):
+            if self.on(code if found.kind == "mountpoint" else "CK108"):
+                self._report_paths(work, esc.line, value.replace(":", " "), "%env",
+                                   "it is a mount point, a list of paths or built with {...} / $",
+                                   code=None if found.kind == "mountpoint" else "CK108")
+            return
+        if not self.on(code):
+            return
+        text = "{" + self._path_expr(found, quoted=False) + "}" + ("/" if found.trailing_slash else "")
+        start = (esc.line, esc.content_col + match.start(3))
+        end = (esc.line, esc.content_col + match.end(3))
+        item = work.finding(code, esc.line, f"%env {match.group(1)}{match.group(2)}{value} -> {text}", True,
+                            self._path_manual(found))
         work.edit(start, end, text, item)
 
     @staticmethod
@@ -543,7 +821,7 @@ class Rewriter:
         line_text = work.content(esc.line)
         head = _PIP_HEAD.match(line_text, esc.col)
         if head and esc.kind == "system" and not esc.assign and self.on("CK203"):
-            if _SHELL_META & (set(command) - {"\n"}):
+            if _unquoted_meta(command):
                 work.finding("CK203", esc.line, "!pip with shell redirection or pipes kept as it is", False,
                              "!pip installs into the first pip on PATH, not necessarily the kernel's Python: "
                              "prefer %pip")
@@ -551,8 +829,10 @@ class Rewriter:
                 found = work.finding("CK203", esc.line, f"{head.group(0)} -> %pip", True)
                 work.edit((esc.line, esc.col), (esc.line, head.end()), "%pip", found)
         if _APT.match(command) and self.on("CK204"):
-            words = re.split(r"[|&;<>]", command)[0].split()
-            packages = [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+            segment = next((part for part in re.split(r"[|&;<>]", command) if _APT.match(part)), command)
+            words = segment.split()
+            after = words[words.index("install") + 1:] if "install" in words else []
+            packages = [w for w in after if not w.startswith("-")]
             work.finding("CK204", esc.line, f"system package install: {command.strip()}", False,
                          f"install {' '.join(packages) or 'these packages'} with your system package manager")
         if "kaggle.json" in command and self.on("CK206"):
@@ -569,48 +849,123 @@ class Rewriter:
         command = esc.arg
         if not any(p in command for p in ("content", "drive")):
             return
-        if esc.end_line != esc.line or "$" in command:
-            self._report_paths(work, esc.line, command, what,
-                               "it spans several lines" if esc.end_line != esc.line else
-                               "it uses $ expansion, which IPython would also apply to a colabkit expression")
+        if esc.end_line != esc.line:
+            self._continued_paths(work, esc, what)
+            return
+        why = self._dollar_problem(command)
+        if why:
+            self._report_paths(work, esc.line, command, what, why, hint=_dollar_hint(command, self.python_names))
             return
         line_text = work.content(esc.line)
         if line_text[esc.content_col:esc.content_col + len(command)] != command:
+            self._report_paths(work, esc.line, command, what, "colabkit cannot locate its words in the line")
             return
+        self._rewrite_words(work, esc.line, esc.content_col, command, what)
+
+    def _dollar_problem(self, command) -> str:
+        """Why a {colabkit...} expression cannot be added to this command because of its $ expansions ("" if it
+        can). IPython expands $name and {expr} in one pass, all or nothing: if one name is missing (a shell
+        variable), nothing is expanded. So every $name must be a name the notebook's Python binds."""
+        if "$" not in command:
+            return ""
+        if "${" in command:
+            return "it uses ${...}, which IPython reads as a Python expression"
+        missing = sorted({name for name in _dollar_names(command) if name not in self.python_names})
+        if missing:
+            return (f"it uses {', '.join('$' + n for n in missing)}, which no Python code in the notebook binds "
+                    f"(a shell variable?); IPython would then expand nothing, colabkit expressions included")
+        return ""
+
+    def _continued_paths(self, work, esc, what):
+        """A shell escape continued with '\\' over several lines (CK209): each line's words, in place."""
+        pieces = []
+        for number in range(esc.line, esc.end_line + 1):
+            start = esc.content_col if number == esc.line else 0
+            text = work.content(number)[start:]
+            if number < esc.end_line:
+                stripped = text.rstrip()
+                if not stripped.endswith("\\"):
+                    pieces = None
+                    break
+                text = stripped[:-1]
+            pieces.append((number, start, text))
+        joined = " ".join(text for _, _, text in pieces or [])
+        if pieces is None or " ".join(joined.split()) != " ".join(esc.arg.split()):
+            self._report_paths(work, esc.line, esc.arg, what, "colabkit cannot locate its words in the lines",
+                               code="CK209")
+            return
+        # A quote opened on one line and closed on another: each line read alone would be misread.
+        spanning = split_words(joined) is None or any(split_words(text) is None for _, _, text in pieces)
+        for number, start, text in pieces:
+            if not any(p in text for p in ("content", "drive")):
+                continue
+            if spanning:
+                self._report_paths(work, number, text, what, "a quoted string spans its lines", code="CK209")
+                continue
+            why = self._dollar_problem(esc.arg)
+            if why:
+                self._report_paths(work, number, text, what, why, code="CK209",
+                                   hint=_dollar_hint(esc.arg, self.python_names))
+                continue
+            self._rewrite_words(work, number, start, text, what, continued=True)
+
+    def _rewrite_words(self, work, line, col, command, what, continued=False):
+        """Rewrite the Colab path words of ``command``, which starts at column ``col`` of ``line``; report any
+        Colab path that is not a word of its own."""
         spans = path_spans(command, lambda p: classify_colab_path(p) is not None)
         if spans is None:
-            self._report_paths(work, esc.line, command, what, "its quoting is unbalanced")
+            self._report_paths(work, line, command, what, "its quoting is unbalanced",
+                               code="CK209" if continued else None)
             return
-        for span, _ in spans:
+        covered = []
+        for span, word in spans:
+            if _EMBEDDED_PATH.search(span.path[1:]):
+                continue  # "/content/a.npz,/content/b.npz": a list of paths in one word (reported below)
+            covered.append((word.start, word.end))
             found = classify_colab_path(span.path)
             if found.kind == "mountpoint":
                 if self.on("CK104"):
-                    work.finding("CK104", esc.line, f"{span.path} is a Drive path outside My Drive", False)
+                    work.finding("CK104", line, f"{span.path} is a Drive path outside My Drive", False)
                 continue
-            code = "CK102" if found.kind == "drive" and found.spelling == "current" else \
-                "CK103" if found.kind == "drive" else "CK201"
-            if not self.on(code):
+            code = _path_code(found)
+            if not self.on(code) or (continued and not self.on("CK209")):
                 continue
+            code = "CK209" if continued else code
             if any(c in found.rest for c in "{}!"):
-                work.finding(code, esc.line, f"{span.path} has characters IPython would expand", False,
+                work.finding(code, line, f"{span.path} has characters IPython would expand", False,
                              "replace the path by hand")
                 continue
             text = "{" + self._path_expr(found, quoted=True) + "}" + ("/" if found.trailing_slash else "") + span.suffix
-            start = (esc.line, esc.content_col + span.start)
-            end = (esc.line, esc.content_col + span.end)
-            item = work.finding(code, esc.line, f"{span.path} -> {text}", True, self._path_manual(found))
+            start = (line, col + span.start)
+            end = (line, col + span.end)
+            item = work.finding(code, line, f"{span.path} -> {text}", True, self._path_manual(found))
             work.edit(start, end, text, item)
+        for match in _SHELL_PATH.finditer(command):
+            if any(s <= match.start() < e for s, e in covered):
+                continue
+            found = classify_colab_path(match.group(0))
+            if found is None:
+                continue
+            code = "CK209" if continued else "CK104" if found.kind == "mountpoint" else _path_code(found)
+            if self.on(code):
+                work.finding(code, line, f"Colab path {match.group(0)} in {what} left as it is: it is not a word "
+                             f"of its own (part of a quoted list or a longer word)", False, _by_hand(found))
+            return
 
-    def _report_paths(self, work, line, text, what, why="colabkit cannot rewrite paths there"):
-        for token in re.split(r"[\s\"'=]+", text):
+    def _report_paths(self, work, line, text, what, why="colabkit cannot rewrite paths there", code=None,
+                      hint=""):
+        override = code
+        words = split_words(text)
+        tokens = [piece for w in words for piece in re.split(r"[=,]", w.value)] if words is not None else \
+            re.split(r"[\s\"'=,]+", text)
+        for token in tokens:
             found = classify_colab_path(token.rstrip(";,)"))
             if found is None:
                 continue
-            code = "CK104" if found.kind == "mountpoint" else "CK201" if found.kind == "content" else \
-                "CK102" if found.spelling == "current" else "CK103"
+            code = override or ("CK104" if found.kind == "mountpoint" else _path_code(found))
             if self.on(code):
                 work.finding(code, line, f"Colab path {token} in {what} left as it is: {why}", False,
-                             "replace the path by hand (colabkit.drive() / colabkit.workdir())")
+                             _by_hand(found) + hint)
             return
 
     # cell magics ----------------------------------------------------------------------------------------------
@@ -723,7 +1078,11 @@ class Rewriter:
                     work.edit((l0, 0), (end[0] + 1, 0) if end[0] + 1 < len(work.lines) else
                               (end[0], len(work.lines[end[0]])), "", found)
                 else:
-                    work.edit((l0, c0), end, text, found, provides_import=provides, top_level=top)
+                    e = work.edit((l0, c0), end, text, found, provides_import=provides, top_level=top)
+                    if text == "import colabkit" and not top:
+                        e.drop = ((l0, c0), end, "pass") if work.only_in_block(node) else \
+                            ((l0, 0), (end[0] + 1, 0) if end[0] + 1 < len(work.lines) else
+                             (end[0], len(work.lines[end[0]])), "")
                 if provides and top:
                     dedupe = True
 
@@ -746,6 +1105,11 @@ class Rewriter:
                 found = work.finding("CK301", line, "import colabkit added before its first use", True)
                 work.edit((line, 0), (line, 0), "import colabkit\n", found, order=0)
                 have = True
+                for e in work.edits:  # a google.colab import nested below now needs no replacement of its own
+                    if e.drop is not None and e.start[0] >= line:
+                        e.start, e.end, e.text = e.drop
+                        e.provides_import = False
+                        e.finding.message = "google.colab import dropped: colabkit is imported at the top of the cell"
             if provides:
                 have = True
 

@@ -50,6 +50,22 @@ RULES = (
     Rule("CK105", "drive-flush", "flush and unmount Drive",
          "google.colab.drive.flush_and_unmount(...)",
          "colabkit.flush_and_unmount_drive(...): the same on Colab; elsewhere files are already on disk", True),
+    Rule("CK106", "drive-path-escaped-space", "shell-style escaped space in a Drive path",
+         "'/content/drive/My\\ Drive/...' (a backslash before the space, copied from a shell line) in Python "
+         "strings and form fields",
+         "colabkit.drive('...'), as for CK102: the escape was never part of the folder's name", True),
+    Rule("CK107", "drive-mount-check", "check for the Drive mount point",
+         "os.path.exists / isdir / lexists / ismount('/content/drive') (also '/content/gdrive', a trailing '/', "
+         "or '.../MyDrive'): the usual 'mount unless mounted' test",
+         "colabkit.drive_mounted(): on Colab whether Drive is mounted (it never mounts), elsewhere whether the "
+         "drive_root folder is there, so the branch goes the right way on both", True),
+    Rule("CK108", "path-in-text", "Colab path used as text",
+         "a Colab path inside a longer string (PYTHONPATH lists, messages) or as an argument of a string method "
+         "(.replace('/content/drive/', ''), .startswith(...), ...)",
+         "left as it is. Where the text is only shown (print, f-strings, logging) nothing is reported: at home it "
+         "prints the full local path, which is harmless. Otherwise it is reported", False,
+         "this string treats a Colab path as text; at home it does not match: use colabkit.drive() / "
+         "colabkit.workdir() for the prefix"),
     Rule("CK201", "content-path", "path under /content",
          "'/content/...' (not Drive) in Python strings, shell escapes and magics: Colab's working area",
          "colabkit.workdir('...'): /content on Colab, the notebook's folder (COLABKIT_WORKDIR) elsewhere", True),
@@ -80,6 +96,11 @@ RULES = (
          "Colab paths in the body of %%bash / %%sh / %%shell / %%script cells",
          "reported only: a shell cell cannot call colabkit", False,
          "replace the path, e.g. with a Python cell using colabkit.drive() / colabkit.workdir()"),
+    Rule("CK209", "shell-continued", "Colab path in a shell escape continued over several lines",
+         "'!cmd ... \\' followed by more lines: the paths on every line (quoted or not, --opt=value included)",
+         "each path as on one line: {colabkit.drive('...', quoted=True)} / {colabkit.workdir('...', quoted=True)}; "
+         "lines using $ expansion or unbalanced quotes are reported", True,
+         "replace the path by hand (colabkit.drive() / colabkit.workdir())"),
     Rule("CK301", "colab-import", "google.colab import",
          "import google.colab / from google.colab[.x] import ...",
          "import colabkit when every use has a portable equivalent; otherwise the import is kept under "

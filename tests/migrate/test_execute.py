@@ -22,7 +22,7 @@ import pytest
 from nbclient import NotebookClient
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-EXECUTED = ["colab_drive_training", "colab_secrets_files", "colab_magics_gpu"]
+EXECUTED = ["colab_drive_training", "colab_secrets_files", "colab_magics_gpu", "colab_wild_run"]
 TRAIN_CSV = "x,y\n1,2\n3,4\n"
 KAGGLE_JSON = '{"username":"ck","key":"0123456789abcdef"}'  # 42 bytes, as in the notebook's saved output
 PROBE = "import sys\nprint('google.colab imported:', 'google.colab' in sys.modules)"
@@ -154,6 +154,32 @@ def test_drive_training_takes_the_colab_branch(colab_vm):
     calls = [c["call"] for c in _calls(standin)]
     assert calls == ["drive.mount", "drive.flush_and_unmount"]
     assert _calls(standin)[0]["mountpoint"] == str(standin.mountpoint)
+    assert "google.colab imported: True" in out
+
+
+# --- constructs from real notebooks: mount check, form paths, "My\\ Drive", continued shell lines (issue 12) ------
+
+def test_wild_constructs_run_locally(local_rig):
+    nb = _execute("colab_wild_run", local_rig["work"])
+    out = _text(nb)
+    assert "Drive connected: True" in out
+    assert "Not on Colab: Google Drive is the folder" not in out  # the mount check found drive_root: no mount
+    assert "header x,y" in out                      # the form field's Drive path, mapped
+    assert "2 data rows" in out                     # a script in Drive, run by an unquoted path
+    backup = local_rig["drive_root"] / "colabkit-test" / "backup"
+    assert (backup / "train copy.csv").read_text() == TRAIN_CSV  # the continued !cp line, quoted paths
+    assert "train copy.csv" in out and f"saved {backup / 'train copy.csv'}" in out
+    assert not (local_rig["drive_root"] / "My\\ Drive").exists()
+    assert "google.colab imported: False" in out
+
+
+def test_wild_constructs_take_the_colab_branch(colab_vm):
+    standin = colab_vm["standin"]
+    nb = _execute("colab_wild_run", colab_vm["content"])
+    out = _text(nb)
+    assert "Drive connected: True" in out and "header x,y" in out and "2 data rows" in out
+    assert (standin.backing / "colabkit-test" / "backup" / "train copy.csv").read_text() == TRAIN_CSV
+    assert [c["call"] for c in _calls(standin)] == ["drive.mount"]  # mounted once, by the notebook's own check
     assert "google.colab imported: True" in out
 
 

@@ -39,7 +39,7 @@ def _decode_png(data: bytes):
 # --- the home rig ----------------------------------------------------------------------------------------------
 
 def test_facade_exposes_the_portable_api():
-    for name in ("on_colab", "drive", "workdir", "portable_path", "mount_drive", "flush_and_unmount_drive", "upload",
+    for name in ("on_colab", "drive", "drive_mounted", "workdir", "portable_path", "mount_drive", "flush_and_unmount_drive", "upload",
                  "download", "secret", "authenticate_user", "cv2_imshow"):
         assert getattr(colabkit, name) is getattr(portable, name)
     assert colabkit.on_colab() is False
@@ -253,3 +253,19 @@ def test_colab_branch_cv2_imshow(on_colab, monkeypatch):
     monkeypatch.setattr(patches, "display", lambda obj: None, raising=False)
     colabkit.cv2_imshow(np.zeros((2, 2, 3), dtype=np.uint8))
     assert _calls()[-1] == {"call": "patches.cv2_imshow", "shape": [2, 2, 3], "dtype": "uint8"}
+
+
+def test_drive_mounted_off_colab_asks_whether_drive_root_is_there(monkeypatch, tmp_path):
+    root = tmp_path / "My Drive"
+    monkeypatch.setenv("COLABKIT_DRIVE_ROOT", str(root))
+    assert colabkit.drive_mounted() is False
+    root.mkdir()
+    assert colabkit.drive_mounted() is True
+
+
+def test_drive_mounted_on_colab_never_mounts(on_colab):
+    colabkit.drive_mounted()
+    assert _calls() == []  # the check a notebook makes before mounting must not mount (and ask for consent)
+    colabkit.mount_drive()
+    assert colabkit.drive_mounted() is True
+    assert [c["call"] for c in _calls()] == ["drive.mount"]

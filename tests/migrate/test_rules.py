@@ -42,7 +42,7 @@ CASES = {
                           "z = colabkit.workdir(u'z')"),
     "path-fstring": ("name = 'a'\np = f'/content/drive/MyDrive/runs/{name}.h5'",
                      "name = 'a'\nimport colabkit\np = colabkit.drive(f'runs/{name}.h5')"),
-    "path-fstring-no-boundary-left": ("s = f'/content{x}'", "s = f'/content{x}'"),
+    "path-fstring-prefix-only": ("s = f'/content{x}'", "import colabkit\ns = f'{colabkit.workdir()}{x}'"),
     "path-concatenation": ("x = ('/content/drive/MyDrive/' 'a.csv')", "import colabkit\nx = (colabkit.drive('a.csv'))"),
     "path-root-and-slash": ("a = '/content/drive/MyDrive'\nb = '/content/drive/MyDrive/'\nc = b + 'x'",
                             "import colabkit\na = colabkit.drive()\nb = colabkit.drive() + '/'\nc = b + 'x'"),
@@ -77,7 +77,9 @@ CASES = {
     "shell-indented": ("for i in range(2):\n    !echo /content/x",
                        "import colabkit\nfor i in range(2):\n    !echo {colabkit.workdir('x', quoted=True)}"),
     "shell-dollar-left": ("!cp /content/drive/MyDrive/a $HOME/", "!cp /content/drive/MyDrive/a $HOME/"),
-    "shell-continued-left": ("!cp /content/a \\\n  /content/b", "!cp /content/a \\\n  /content/b"),
+    "shell-continued": ("!cp /content/a \\\n  /content/b",
+                        "import colabkit\n!cp {colabkit.workdir('a', quoted=True)} \\\n"
+                        "  {colabkit.workdir('b', quoted=True)}"),
     "cd": ('%cd "/content/drive/My Drive/proj"\n%cd -q /content',
            "import colabkit\n%cd {colabkit.drive('proj')}\n%cd -q {colabkit.workdir()}"),
     "cd-mountpoint-left": ("%cd /content/drive", "%cd /content/drive"),
@@ -117,7 +119,7 @@ CASES = {
                        "drive.mount('/content/drive')\nfiles.upload()\nuserdata.get('K')",
                        "import colabkit\ncolabkit.mount_drive()\ncolabkit.upload()\ncolabkit.secret('K')"),
     "import-in-function": ("def setup():\n    from google.colab import drive\n    drive.mount('/content/drive')",
-                           "import colabkit\ndef setup():\n    import colabkit\n    colabkit.mount_drive()"),
+                           "import colabkit\ndef setup():\n    colabkit.mount_drive()"),
     "guard-widget-manager": ("from google.colab import output\noutput.enable_custom_widget_manager()",
                              "import colabkit\nif colabkit.on_colab():\n    from google.colab import output\n"
                              "if colabkit.on_colab():\n    output.enable_custom_widget_manager()"),
