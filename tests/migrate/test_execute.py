@@ -157,7 +157,7 @@ def test_drive_training_takes_the_colab_branch(colab_vm):
     assert "google.colab imported: True" in out
 
 
-# --- constructs from real notebooks: mount check, form paths, "My\\ Drive", continued shell lines (issue 12) ------
+# --- constructs from real notebooks: mount check, form paths, "My\\ Drive", continued shell lines ------
 
 def test_wild_constructs_run_locally(local_rig):
     nb = _execute("colab_wild_run", local_rig["work"])

@@ -1,4 +1,4 @@
-"""Constructs found in real public Colab notebooks that migrate must not leave Colab-only (issue 12).
+"""Constructs found in real public Colab notebooks that migrate must not leave Colab-only.
 
 Each test states what a user sees: the migrated cell source, the report's lines, the output file.
 """
