@@ -191,8 +191,12 @@ class CheckpointFolder:
         ``written``: {relative name: (sha256 hex, size)} of files that their writer hashed while writing and
         fsynced (state.write_data): they are not read back, only their size is checked."""
         files = {}
-        for file in sorted(p for p in ckpt_dir.rglob("*") if p.is_file()):
-            rel = file.relative_to(ckpt_dir).as_posix()
+        listed = _files_under(ckpt_dir)
+        missing = sorted(set(written or ()) - set(listed))
+        if missing:
+            raise OSError(f"{ckpt_dir} does not list {', '.join(missing)}, written there just now; not committed")
+        for rel in listed:
+            file = ckpt_dir / rel
             if rel == _manifest.MANIFEST_NAME:
                 continue
             known = (written or {}).get(rel)
@@ -313,3 +317,14 @@ class CheckpointFolder:
         return deleted
 
 
+def _files_under(root: Path) -> list[str]:
+    """Relative names of the files under ``root``, sorted. A folder that cannot be listed raises: a listing
+    that came back empty or short would commit a manifest that leaves files out (pathlib's glob ignores
+    such errors)."""
+    def fail(exc: OSError):
+        raise exc
+
+    names = []
+    for folder, _, files in os.walk(root, onerror=fail):
+        names += [Path(folder, name).relative_to(root).as_posix() for name in files]
+    return sorted(names)
