@@ -284,3 +284,24 @@ def test_a_first_save_that_cannot_read_the_folder_uploads_nothing_over_an_earlie
     assert any("holds step 300" in str(w.message) for w in caught)
     assert steps(dest) == [100, 200, 300]
     assert [c.step for c in CheckpointFolder(tmp_path / "vm2").committed()] == [1], "kept on local disk"
+
+
+def test_a_commit_whose_folder_cannot_be_listed_writes_no_manifest(tmp_path, monkeypatch):
+    """A directory read that fails (EIO on a mount) while committing: no manifest naming fewer files than were
+    written (which would pass verification and restore as damaged), but an error, and the folder stays
+    uncommitted."""
+    import errno
+    from colabkit.checkpoints import folder as folder_module
+    ckpt_dir = tmp_path / "ckpt-000000000004-abcdef"
+    ckpt_dir.mkdir()
+    (ckpt_dir / "state.json").write_text("{}")
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path) == os.fspath(ckpt_dir):
+            raise OSError(errno.EIO, "Input/output error", os.fspath(path))
+        return real(path)
+    monkeypatch.setattr(folder_module.os, "scandir", scandir)
+    with pytest.raises(OSError):
+        CheckpointFolder(tmp_path).commit(ckpt_dir, step=4, written={"state.json": ("0" * 64, 2)})
+    assert not (ckpt_dir / MANIFEST_NAME).exists()
