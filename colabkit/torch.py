@@ -188,6 +188,12 @@ class AutoResume:
                           f"{self._saved_where(False)}")
         finally:
             self._restore_signal_handlers()
+            self._release_if_committed()
+
+    def _release_if_committed(self):
+        """Everything is on the destination: another AutoResume (a re-run of the cell) may write there now."""
+        if self.checkpoints.wait(0):
+            self.checkpoints.release()
 
     def batches(self, loader):
         """Yield ``loader``'s batches for the current epoch, from the saved position on a resume; saves on
@@ -297,6 +303,8 @@ class AutoResume:
         committed = self._save(reason=why, wait=wait, event=event)
         self.stopped_for = why
         self._event("stop", why)
+        if committed:
+            self._release_if_committed()
         self._say(f"{why}: saved step {self.step} ({self._saved_where(committed)}) and stopped training. "
                   f"Re-run this cell to resume.")
 

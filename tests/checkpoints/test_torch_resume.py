@@ -327,5 +327,43 @@ def test_iterable_dataset_says_it_cannot_be_positioned_and_restarts_the_epoch(tm
     assert first == [0.0, 3.0, 6.0, 9.0]
 
 
+def test_interrupt_saves_commits_then_raises_keyboard_interrupt_and_a_rerun_resumes(tmp_path, ck_env, capsys):
+    import colabkit
+    model, opt = _tiny()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None)
+    loader = _loader()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in ar.epochs(3):
+            for (x,) in ar.batches(loader):
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+                if ar.step == 4:   # the second batch of epoch 1: the stop button
+                    os.kill(os.getpid(), signal.SIGINT)
+    assert "SIGINT received: saved step 5" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # handed back
+    weights = model[0].weight.detach().clone()
+    other, other_opt = _tiny(seed=3)
+    again = colabkit.torch.AutoResume(tmp_path / "run", model=other, opt=other_opt, deadline=None)
+    assert (again.step, again.epoch, again.batch) == (5, 1, 2)
+    assert torch.equal(other[0].weight, weights)
+    _train(again, other, other_opt, loader, 3)   # the re-run in the same process may write the folder
+    assert colabkit.Checkpoints(tmp_path / "run").list()[-1].step == 9
+
+
+def test_deadline_saves_then_stops_both_loops(tmp_path, ck_env, capsys):
+    import colabkit
+    model, opt = _tiny()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline="1s", deadline_margin="1s")
+    seen = []
+    for epoch in ar.epochs(3):
+        for (x,) in ar.batches(_loader()):
+            seen.append((epoch, ar.batch))
+    assert seen == [(0, 0)] and ar.stopped_for is not None and "time budget" in ar.stopped_for
+    assert "Re-run this cell to resume" in capsys.readouterr().out
+    newest = colabkit.Checkpoints(tmp_path / "run").list()[-1]
+    assert (newest.step, newest.epoch, newest.batch) == (1, 0, 1)
+
+
 if __name__ == "__main__":
     worker(json.loads(sys.argv[1]))
