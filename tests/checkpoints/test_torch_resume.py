@@ -365,5 +365,34 @@ def test_deadline_saves_then_stops_both_loops(tmp_path, ck_env, capsys):
     assert (newest.step, newest.epoch, newest.batch) == (1, 0, 1)
 
 
+class _Ema:
+    """A user object with a state dict of nested values: int keys, tuples, tensors of several dtypes."""
+
+    def __init__(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.values = {0: torch.randn(3, generator=g).to(torch.bfloat16), 1: torch.arange(4)}
+        self.meta = {"decay": (0.99, seed), "mask": torch.rand(2, generator=g) > 0.5, "dtype": torch.float16}
+
+    def state_dict(self):
+        return {"values": self.values, "meta": self.meta}
+
+    def load_state_dict(self, state):
+        self.values, self.meta = state["values"], state["meta"]
+
+
+def test_user_objects_round_trip_bfloat16_int_keys_tuples_and_dtypes(tmp_path, ck_env):
+    import colabkit
+    ema = _Ema(1)
+    ar = colabkit.torch.AutoResume(tmp_path / "run", ema=ema, deadline=None, verbose=0)
+    ar.save(wait=True)
+    ar.close()
+    back = _Ema(2)
+    colabkit.torch.AutoResume(tmp_path / "run", ema=back, deadline=None, verbose=0)
+    assert set(back.values) == {0, 1} and back.values[0].dtype == torch.bfloat16
+    assert torch.equal(back.values[0], ema.values[0]) and torch.equal(back.values[1], ema.values[1])
+    assert back.meta["decay"] == (0.99, 1) and back.meta["dtype"] is torch.float16
+    assert torch.equal(back.meta["mask"], ema.meta["mask"])
+
+
 if __name__ == "__main__":
     worker(json.loads(sys.argv[1]))
