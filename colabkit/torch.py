@@ -16,7 +16,6 @@ in ``.npz`` with a JSON tree; nothing is unpickled on restore.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import signal
 import threading
@@ -29,6 +28,7 @@ from .optional import require
 torch = require("torch", "torch", "colabkit.torch.AutoResume")
 
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
@@ -109,6 +109,7 @@ class AutoResume:
         self._old_handlers = {}
         self._watch = None
         self._state_nbytes = 0
+        self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
         self._restore()
 
     # -- helpers ---------------------------------------------------------------------------------------------
@@ -263,19 +264,37 @@ class AutoResume:
         """Save now (between batches). ``wait``: True blocks until committed; a number waits at most that long."""
         return self._save(reason=reason, wait=wait)
 
-    def _state(self) -> dict:
-        objects, nbytes = {}, [0]
-        for name, obj in self.objects.items():
-            objects[name] = _encode(_target(obj).state_dict(), nbytes)
-        self._state_nbytes = nbytes[0]
-        return {"format": FORMAT, "objects": objects, "user": self.state, "rng": _rng_state(),
-                "epoch_start": self._epoch_start if self.batch else None}
+    def _state(self, periodic: bool):
+        """(the state to save, with every tensor copied once into a reused host buffer; the buffers) or None
+        when a periodic save of a large state finds its buffers still being written (the next batch asks again)."""
+        tensors = []
+        objects = {name: _encode(_target(obj).state_dict(), tensors) for name, obj in self.objects.items()}
+        specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
+        self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
+        buffers = self._buffers.take(specs, wait=not periodic or self._buffers.is_small(self._state_nbytes),
+                                     reclaim=self.checkpoints._drop_pending)
+        if buffers is None:
+            return None
+        try:
+            for tensor, buffer in zip(tensors, buffers):
+                _copy_into(buffer, tensor)
+            state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": self.state,
+                     "rng": _rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+        except BaseException:
+            self._buffers.give_back(buffers)
+            raise
+        return state, buffers
 
     def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
         if self._last_saved == (self.step, self.epoch, self.batch) and not wait:
             return True
-        ok = self.checkpoints.save(self.step, self._state(), epoch=self.epoch, batch=self.batch, wait=wait,
-                                   _copy_arrays=False, info={"reason": reason})
+        taken = self._state(periodic=reason in ("save_freq", "every"))
+        if taken is None:
+            return False
+        state, buffers = taken
+        ok = self.checkpoints.save(self.step, state, epoch=self.epoch, batch=self.batch, wait=wait,
+                                   _copy_arrays=False, info={"reason": reason},
+                                   _release=lambda: self._buffers.give_back(buffers))
         self._last_saved = (self.step, self.epoch, self.batch)
         self._since_save, self._last_save_time = 0, time.time()
         self._event(event, f"step {self.step} (epoch {self.epoch}, batch {self.batch}, {reason})")
@@ -357,38 +376,67 @@ def _target(obj):
             return obj
 
 
-def _to_numpy(tensor) -> tuple[np.ndarray, str]:
-    """An owned host copy of ``tensor`` (one copy) and its dtype's name."""
+class _Spec:
+    """A host buffer's shape and NumPy dtype (what SnapshotBuffers lays its sets out by)."""
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+def _host_dtype(tensor) -> np.dtype:
+    name = str(tensor.dtype).removeprefix("torch.")
+    return np.dtype(_RAW_VIEW.get(name, name))
+
+
+def _copy_into(buffer: np.ndarray, tensor) -> None:
+    """One copy of ``tensor`` (any device) into ``buffer``: device-to-host lands in the buffer directly."""
     t = tensor.detach()
-    dtype = str(t.dtype).removeprefix("torch.")
-    if dtype in _RAW_VIEW:
-        t = t.view(getattr(torch, _RAW_VIEW[dtype]))
-    if t.device.type == "cpu":
-        return t.numpy().copy(), dtype
-    return t.cpu().numpy(), dtype
+    name = str(t.dtype).removeprefix("torch.")
+    if name in _RAW_VIEW:
+        t = t.view(getattr(torch, _RAW_VIEW[name]))
+    torch.from_numpy(buffer).copy_(t)
 
 
-def _encode(value, nbytes):
-    """A state dict as the store's tree: tensors as arrays (their dtype beside them), tuples and dicts with
-    non-string keys tagged so that they come back as they were."""
+class _Slot:
+    """Where the n-th tensor's buffer goes in the encoded tree (filled in by _fill)."""
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
+def _fill(tree, buffers):
+    if isinstance(tree, _Slot):
+        return buffers[tree.index]
+    if isinstance(tree, dict):
+        return {k: _fill(v, buffers) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_fill(v, buffers) for v in tree]
+    return tree
+
+
+def _encode(value, tensors: list):
+    """A state dict as the store's tree: each tensor is appended to ``tensors`` and stands as a slot for its
+    host copy (its dtype beside it); tuples and dicts with non-string keys are tagged so that they come back
+    as they were."""
     if isinstance(value, torch.Tensor):
-        array, dtype = _to_numpy(value)
-        nbytes[0] += array.nbytes
-        return {_TAG: "tensor", "dtype": dtype, "data": array}
+        tensors.append(value)
+        return {_TAG: "tensor", "dtype": str(value.dtype).removeprefix("torch."), "data": _Slot(len(tensors) - 1)}
     if isinstance(value, dict):
         if all(isinstance(k, str) and k != _TAG for k in value):
-            return {k: _encode(v, nbytes) for k, v in value.items()}
+            return {k: _encode(v, tensors) for k, v in value.items()}
         items = []
         for k, v in value.items():
             if not isinstance(k, (str, int, float, bool)) and k is not None:
                 raise CheckpointError(f"a state_dict key {k!r} ({type(k).__name__}) cannot be stored; use "
                                       f"strings or numbers as keys.")
-            items.append([k, _encode(v, nbytes)])
+            items.append([k, _encode(v, tensors)])
         return {_TAG: "dict", "items": items}
     if isinstance(value, tuple):
-        return {_TAG: "tuple", "items": [_encode(v, nbytes) for v in value]}
+        return {_TAG: "tuple", "items": [_encode(v, tensors) for v in value]}
     if isinstance(value, list):
-        return [_encode(v, nbytes) for v in value]
+        return [_encode(v, tensors) for v in value]
     if isinstance(value, (torch.dtype, torch.device)):
         return {_TAG: type(value).__name__, "name": str(value)}
     return value
