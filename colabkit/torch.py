@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import signal
+import sys
 import threading
 import time
 
@@ -107,6 +108,7 @@ class AutoResume:
         self._last_saved = None        # (step, epoch, batch) of the last save
         self._interrupt = None
         self._old_handlers = {}
+        self._loop_frame = None
         self._watch = None
         self._state_nbytes = 0
         self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
@@ -168,6 +170,7 @@ class AutoResume:
             return
         self.stopped_for, self._interrupt = None, None
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
+        self._loop_frame = sys._getframe(1)   # the frame running ``for epoch in ar.epochs(n)``
         self._install_signal_handlers()
         try:
             self.checkpoints.claim()
@@ -337,29 +340,51 @@ class AutoResume:
             return
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+                previous = signal.signal(sig, self._on_signal)
             except (ValueError, OSError):
                 continue
+            owner = getattr(previous, "__self__", None)
+            if isinstance(owner, AutoResume):   # left by a loop that ended without closing epochs(): chain past it
+                default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+                previous = owner._old_handlers.get(sig, default) if owner is not self else default
+            self._old_handlers[sig] = previous
 
     def _restore_signal_handlers(self):
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
         self._old_handlers = {}
 
+    def _loop_running(self, frame) -> bool:
+        """Whether the frame that iterates ``epochs()`` is on the stack at ``frame``."""
+        while frame is not None:
+            if frame is self._loop_frame:
+                return True
+            frame = frame.f_back
+        return False
+
     def _on_signal(self, signum, frame):
+        previous = self._old_handlers.get(signum, signal.SIG_DFL)
+        if not self._loop_running(frame if frame is not None else sys._getframe(1)):
+            # the training loop is gone (left by an exception, epochs() not closed yet): step aside
+            self._restore_signal_handlers()
+            _pass_signal_on(previous, signum, frame)
+            return
         name = signal.Signals(signum).name
         if self._interrupt != name:
             self._interrupt = name   # handled after the current batch's step: save, commit, then pass it on
             return
         # the same signal twice: stop waiting for the save and let the previous handler act now
-        previous = self._old_handlers.get(signum, signal.SIG_DFL)
         self._restore_signal_handlers()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            signal.raise_signal(signum)
+        _pass_signal_on(previous, signum, frame)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
+
+
+def _pass_signal_on(previous, signum, frame):
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.raise_signal(signum)
 
 
 # -- objects and their state dicts -----------------------------------------------------------------------------

@@ -394,5 +394,31 @@ def test_user_objects_round_trip_bfloat16_int_keys_tuples_and_dtypes(tmp_path, c
     assert torch.equal(back.meta["mask"], ema.meta["mask"])
 
 
+def test_a_loop_left_by_an_exception_leaves_no_signal_handler_acting(tmp_path, ck_env):
+    import time
+    import colabkit
+    model, opt = _tiny()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
+    epochs = ar.epochs(2)   # held here, as a notebook's namespace may hold it: not closed by the exception
+
+    def cell():
+        for _ in epochs:
+            raise RuntimeError("a bug in the training step")
+
+    with pytest.raises(RuntimeError):
+        cell()
+    assert signal.getsignal(signal.SIGINT) == ar._on_signal   # still installed (epochs() is open) ...
+    with pytest.raises(KeyboardInterrupt):                    # ... but the stop button works as without it
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100):
+            time.sleep(0.01)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    epochs.close()
+    with pytest.raises(RuntimeError):   # without a reference, the loop's generator closes with its frame
+        for _ in ar.epochs(2):
+            raise RuntimeError("again")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 if __name__ == "__main__":
     worker(json.loads(sys.argv[1]))
