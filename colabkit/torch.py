@@ -166,6 +166,9 @@ class AutoResume:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"epochs(n={n!r}) is invalid: pass the total number of epochs, a whole number.")
         if self.epoch >= n:
+            if self._pending is not None:   # as the run that finished left them
+                _set_rng(self._pending["rng"])
+                self._pending = None
             self._say(f"training already finished: the checkpoint is at epoch {self.epoch} of {n}")
             return
         self.stopped_for, self._interrupt = None, None

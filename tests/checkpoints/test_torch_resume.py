@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,8 @@ def worker(spec):
             index = ar.batch
             x = step(ar, batch)
             seen.append([epoch, index, _digest(x)])
+            if spec.get("step_sleep"):
+                time.sleep(spec["step_sleep"])
             if [epoch, index] == spec.get("sigterm_at"):
                 os.kill(os.getpid(), signal.SIGTERM)
             if [epoch, index] == spec.get("crash_at"):
@@ -217,6 +220,40 @@ def test_gan_with_two_optimizers_scheduler_and_grad_scaler_sigterm_resumes_bit_e
     resumed, cut_out, _ = _equivalence(tmp_path, ck_env, "gan", -signal.SIGTERM, sigterm_at=[0, 4])
     assert resumed["restored"] == [5, 0, 5]
     assert "committed to" in cut_out
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess_kill
+def test_kill_9_at_random_moments_never_restarts_from_zero_and_ends_bit_exactly(tmp_path, ck_env):
+    import random
+    from colabkit.checkpoints.folder import CheckpointFolder
+    spec = dict(case="plain", save_freq=2, step_sleep=0.04)
+    ref = _start(ck_env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"), **spec)
+    dest = tmp_path / "run"
+    rng, resumed_at, killed = random.Random(), [], []
+    for attempt in range(4):
+        before = max((c.step for c in CheckpointFolder(dest).committed()), default=-1) if dest.exists() else -1
+        proc = _start(ck_env, dest=str(dest), out=str(tmp_path / "killed.npz"), **spec)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:   # until this attempt has committed one
+            if dest.exists() and any(c.step > before for c in CheckpointFolder(dest).committed()):
+                break
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0, 0.3))   # then kill -9 anywhere: mid-step, mid-write, mid-commit
+        proc.kill()
+        stdout, _ = proc.communicate(timeout=60)
+        killed.append(proc.returncode == -signal.SIGKILL)
+        if attempt:
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("colabkit: resumed from step ")]
+            assert lines and int(lines[0].split()[4]) > 0, f"attempt {attempt} restarted from zero:\n{stdout}"
+            resumed_at.append(int(lines[0].split()[4]))
+    assert resumed_at == sorted(resumed_at) and sum(killed) >= 3, (resumed_at, killed)
+    expected, _, _ = _finish(ref)
+    final, out, explain = _finish(_start(ck_env, dest=str(dest), out=str(tmp_path / "final.npz"), **spec))
+    assert final["restored"] is not None and final["restored"][0] > 0, explain
+    with np.load(tmp_path / "ref.npz") as want, np.load(tmp_path / "final.npz") as got:
+        assert [k for k in want.files if not np.array_equal(want[k], got[k])] == [], explain
+    assert final["plain"] == expected["plain"] and final["user"] == expected["user"]
 
 
 # -- in-process: the store's contents and bad input --------------------------------------------------------
