@@ -48,12 +48,14 @@ def _digest(tensor) -> str:
     return hashlib.sha256(tensor.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
 
 
-def _case(name, num_workers):
+def _case(name, num_workers, own_generator=False):
     import random
     torch.manual_seed(0)
     np.random.seed(0)
     random.seed(0)
-    loader = torch.utils.data.DataLoader(Augmented(), batch_size=4, shuffle=True, num_workers=num_workers)
+    generator = torch.Generator().manual_seed(5) if own_generator else None
+    loader = torch.utils.data.DataLoader(Augmented(), batch_size=4, shuffle=True, num_workers=num_workers,
+                                         generator=generator)
     if name == "plain":
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
                                     torch.nn.Dropout(0.3), torch.nn.Linear(8, 1))
@@ -136,7 +138,8 @@ def _dump(objects, out) -> dict:
 
 def worker(spec):
     import colabkit
-    loader, objects, step, end_of_epoch = _case(spec["case"], spec.get("num_workers", 0))
+    loader, objects, step, end_of_epoch = _case(spec["case"], spec.get("num_workers", 0),
+                                                spec.get("own_generator", False))
     ar = colabkit.torch.AutoResume(spec["dest"], save_freq=spec.get("save_freq"), deadline=None, **objects)
     seen = []
     for epoch in ar.epochs(spec.get("epochs", 3)):
@@ -198,9 +201,13 @@ def _equivalence(tmp_path, env, case, expect_rc, **spec):
     return resumed, cut_out, out
 
 
-def test_plain_loop_crashed_mid_epoch_resumes_bit_exactly_from_a_periodic_save(tmp_path, ck_env):
-    """num_workers=0: the shuffle order, the augmentation and dropout repeat after skipping to the saved batch."""
-    resumed, _, out = _equivalence(tmp_path, ck_env, "plain", 3, crash_at=[1, 4], save_freq=3)
+@pytest.mark.parametrize("own_generator", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["global-rng", "loader-generator"])
+def test_plain_loop_crashed_mid_epoch_resumes_bit_exactly_from_a_periodic_save(tmp_path, ck_env, own_generator):
+    """num_workers=0: the shuffle order (drawn from the global torch RNG, or from the DataLoader's own
+    generator), the augmentation and dropout repeat after skipping to the saved batch."""
+    resumed, _, out = _equivalence(tmp_path, ck_env, "plain", 3, crash_at=[1, 4], save_freq=3,
+                                   own_generator=own_generator)
     step, epoch, batch = resumed["restored"]
     assert (epoch, batch) == (1, 3) and step == 9, resumed["restored"]   # the last periodic save, mid-epoch
     assert "resumed from step 9 (epoch 1, batch 3)" in out
