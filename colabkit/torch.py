@@ -112,12 +112,14 @@ class AutoResume:
         self._watch = None
         self._state_nbytes = 0
         self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
+        self._dist = _distributed()         # torch.distributed with more than one process: rank 0 writes
+        self._rank = self._dist.get_rank() if self._dist is not None else 0
         self._restore()
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _say(self, message: str):
         log.info("colabkit: %s", message)
-        if self.verbose:
+        if self.verbose and self._rank == 0:
             print(f"colabkit: {message}", flush=True)
 
     def _event(self, kind: str, detail: str):
@@ -126,6 +128,12 @@ class AutoResume:
     # -- restore ---------------------------------------------------------------------------------------------
     def _restore(self):
         restored = self.checkpoints.restore()
+        if self._dist is not None:   # every rank restores the same checkpoint before any rank saves again
+            low, high = self._all_reduce([-(restored.step if restored else -1), restored.step if restored else -1])
+            if -low != high:
+                raise CheckpointError(f"the processes of this distributed run found different checkpoints in "
+                                      f"{self.directory} (steps {-low} to {high}); give every rank the same "
+                                      f"folder, readable from each. Nothing was restored.")
         if restored is None:
             return
         state = restored.state
@@ -153,8 +161,15 @@ class AutoResume:
                                       f"failed: {exc}") from exc
         self.state = dict(state.get("user") or {})
         self.step, self.epoch, self.batch = restored.step, restored.epoch or 0, restored.batch or 0
-        self._pending = {"rng": state["rng"], "epoch_start": state.get("epoch_start"),
-                         "batch": self.batch}
+        own = {"rng": state["rng"], "epoch_start": state.get("epoch_start")}
+        ranks = state.get("ranks") or []
+        if self._dist is not None:
+            if len(ranks) == self._dist.get_world_size():
+                own = ranks[self._rank]
+            else:
+                log.warning("colabkit: the checkpoint holds the RNG states of %d processes and this run has %d; "
+                            "every rank starts from rank 0's", len(ranks) or 1, self._dist.get_world_size())
+        self._pending = {"rng": own["rng"], "epoch_start": own.get("epoch_start"), "batch": self.batch}
         self._last_saved = (self.step, self.epoch, self.batch)
         self.restored = restored
         self._event("restore", f"step {self.step} (epoch {self.epoch}, batch {self.batch})")
@@ -176,7 +191,8 @@ class AutoResume:
         self._loop_frame = sys._getframe(1)   # the frame running ``for epoch in ar.epochs(n)``
         self._install_signal_handlers()
         try:
-            self.checkpoints.claim()
+            if self._rank == 0:
+                self.checkpoints.claim()
             while self.epoch < n:
                 pending = self._pending
                 if pending is not None and pending["batch"] == 0:   # resumed at an epoch's start
@@ -188,6 +204,7 @@ class AutoResume:
                 self.epoch, self.batch = self.epoch + 1, 0
                 self._epoch_start = None
                 self._save(reason="epoch")
+                self._agree(False)
                 if self._check_interrupt():
                     return
             if not self.checkpoints.wait(self._final_wait_s()):
@@ -234,24 +251,37 @@ class AutoResume:
                 return
 
     def _after_batch(self) -> bool:
-        """Save when due. True when training stops (a deadline or a signal)."""
+        """Save when due. True when training stops (a deadline or a signal). In a distributed run rank 0
+        decides when (it keeps the clock) and every rank takes part in the save and the stop."""
+        deadline = save = None
+        if self._rank == 0:
+            deadline = self._watch.due(self._estimated_save_s()) if self._watch is not None else None
+            if deadline is not None:
+                self._watch.mark_handled(deadline)
+                save = None if deadline.stop_training else "deadline"
+            elif self.save_freq is not None and self._since_save >= self.save_freq:
+                save = "save_freq"
+            elif self.every and time.time() - self._last_save_time >= self.every:
+                save = "every"
+        stopping, save = self._agree(deadline is not None and deadline.stop_training, save)
         if self._check_interrupt():
             return True
-        deadline = self._watch.due(self._estimated_save_s()) if self._watch is not None else None
-        if deadline is not None:
-            self._watch.mark_handled(deadline)
-            if deadline.stop_training:
+        if stopping:
+            if deadline is None:   # rank 0 stops for a deadline: so does this rank, once rank 0 has saved
+                self._final_save("rank 0 reached a deadline")
+            else:
                 self._final_save(f"{deadline.reason} is {format_duration(deadline.at - time.time())} away",
                                  timeout=max(1.0, deadline.at - time.time()), event="deadline-save")
-                return True
-            self._save(reason=f"before {deadline.reason}", wait=max(1.0, deadline.at - time.time()),
-                       event="deadline-save")
-            self._say(f"saved step {self.step} before {deadline.reason}; training continues")
-            return False
-        if self.save_freq is not None and self._since_save >= self.save_freq:
-            self._save(reason="save_freq")
-        elif self.every and time.time() - self._last_save_time >= self.every:
-            self._save(reason="every")
+            return True
+        if save == "deadline":
+            if deadline is None:
+                self._save(reason="deadline")
+            else:
+                self._save(reason=f"before {deadline.reason}", wait=max(1.0, deadline.at - time.time()),
+                           event="deadline-save")
+                self._say(f"saved step {self.step} before {deadline.reason}; training continues")
+        elif save is not None:
+            self._save(reason=save)
         return False
 
     def _check_interrupt(self) -> bool:
@@ -265,12 +295,41 @@ class AutoResume:
             signal.raise_signal(signal.SIGTERM)   # the checkpoint is safe: let it end the process as it would have
         raise KeyboardInterrupt("training interrupted; the last checkpoint was committed first")
 
+    # -- distributed runs ------------------------------------------------------------------------------------
+    def _all_reduce(self, values: list) -> list:
+        """The element-wise maximum of ``values`` over the ranks."""
+        dist = self._dist
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        tensor = torch.tensor(values, dtype=torch.int64, device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return [int(v) for v in tensor.tolist()]
+
+    def _agree(self, stop: bool, save=None):
+        """In a distributed run, every rank learns of a signal any rank received, and of rank 0's decisions: a
+        deadline stop, a save (one small all-reduce per batch), so that all act at the same batch. Returns
+        (whether a deadline stops training, the save due or None)."""
+        if self._dist is None:
+            return stop, save
+        signals, saves = (None, "SIGINT", "SIGTERM"), (None, "save_freq", "every", "deadline")
+        signalled, stop, due = self._all_reduce([signals.index(self._interrupt), int(stop), saves.index(save)])
+        if signalled and not self._interrupt:
+            self._interrupt = signals[signalled]
+        return bool(stop), saves[due]
+
+    def _rank_states(self):
+        """Rank 0: every rank's RNG and epoch-start states, gathered (each rank draws its own numbers);
+        other ranks: None after sending theirs. Called by every rank at every save."""
+        mine = {"rng": _rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+        gathered = [None] * self._dist.get_world_size() if self._rank == 0 else None
+        self._dist.gather_object(mine, gathered, dst=0)
+        return gathered
+
     # -- saving ----------------------------------------------------------------------------------------------
     def save(self, *, wait=False, reason: str = "manual") -> bool:
         """Save now (between batches). ``wait``: True blocks until committed; a number waits at most that long."""
         return self._save(reason=reason, wait=wait)
 
-    def _state(self, periodic: bool):
+    def _state(self, periodic: bool, ranks=None):
         """(the state to save, with every tensor copied once into a reused host buffer; the buffers) or None
         when a periodic save of a large state finds its buffers still being written (the next batch asks again)."""
         tensors = []
@@ -286,6 +345,8 @@ class AutoResume:
                 _copy_into(buffer, tensor)
             state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": self.state,
                      "rng": _rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+            if ranks is not None:
+                state["ranks"] = ranks
         except BaseException:
             self._buffers.give_back(buffers)
             raise
@@ -294,7 +355,12 @@ class AutoResume:
     def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
         if self._last_saved == (self.step, self.epoch, self.batch) and not wait:
             return True
-        taken = self._state(periodic=reason in ("save_freq", "every"))
+        ranks = self._rank_states() if self._dist is not None else None
+        if self._rank != 0:   # a distributed run: rank 0 holds the same model state and writes it
+            self._last_saved = (self.step, self.epoch, self.batch)
+            self._since_save, self._last_save_time = 0, time.time()
+            return True
+        taken = self._state(periodic=reason in ("save_freq", "every"), ranks=ranks)
         if taken is None:
             return False
         state, buffers = taken
@@ -326,6 +392,8 @@ class AutoResume:
         wait = self._final_wait_s() if timeout is None else timeout
         self._last_saved = None   # always taken and waited for
         committed = self._save(reason=why, wait=wait, event=event)
+        if self._dist is not None:
+            self._dist.barrier()   # no rank ends (and has its launcher stop the others) before rank 0 has committed
         self.stopped_for = why
         self._event("stop", why)
         if committed:
@@ -388,6 +456,14 @@ def _pass_signal_on(previous, signum, frame):
         previous(signum, frame)
     elif previous == signal.SIG_DFL:
         signal.raise_signal(signum)
+
+
+def _distributed():
+    """torch.distributed when this process is one of several of an initialized process group, else None."""
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
 
 
 # -- objects and their state dicts -----------------------------------------------------------------------------

@@ -136,6 +136,39 @@ def _dump(objects, out) -> dict:
     return plain
 
 
+def ddp_worker(spec):
+    """One rank of a ``torchrun --nproc_per_node=2`` run (gloo, CPU): DDP model, DistributedSampler."""
+    import random
+    import torch.distributed as dist
+    import colabkit
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    np.random.seed(rank)
+    random.seed(rank)
+    dataset = Augmented(32)
+    sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True, seed=3)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                                                                          torch.nn.Dropout(0.2), torch.nn.Linear(8, 1)))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    ar = colabkit.torch.AutoResume(spec["dest"], save_freq=2, deadline=None, model=model, opt=opt)
+    for epoch in ar.epochs(3):
+        sampler.set_epoch(epoch)
+        for x, y in ar.batches(loader):
+            opt.zero_grad()
+            torch.nn.functional.binary_cross_entropy_with_logits(model(x), y).backward()
+            opt.step()
+            if rank == 1 and [epoch, ar.batch] == spec.get("sigterm_at"):
+                os.kill(os.getpid(), signal.SIGTERM)   # one rank is told to stop: both must, at the same batch
+    _dump({"model": model.module, "opt": opt}, f"{spec['out']}.{rank}.npz")
+    if rank == 0:
+        print("RESULT " + json.dumps({"restored": None if ar.restored is None else
+                                      [ar.restored.step, ar.restored.epoch, ar.restored.batch], "step": ar.step}),
+              flush=True)
+    dist.destroy_process_group()
+
+
 def worker(spec):
     import colabkit
     loader, objects, step, end_of_epoch = _case(spec["case"], spec.get("num_workers", 0),
@@ -261,6 +294,30 @@ def test_kill_9_at_random_moments_never_restarts_from_zero_and_ends_bit_exactly(
     with np.load(tmp_path / "ref.npz") as want, np.load(tmp_path / "final.npz") as got:
         assert [k for k in want.files if not np.array_equal(want[k], got[k])] == [], explain
     assert final["plain"] == expected["plain"] and final["user"] == expected["user"]
+
+
+def _torchrun(env, **spec):
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(Path(__file__).resolve()), json.dumps({"ddp": True, **spec})], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_rank_0_commits_and_both_ranks_resume_bit_exactly(tmp_path, ck_env):
+    """2 CPU processes (gloo): SIGTERM to one rank stops both at the same batch after rank 0 has committed;
+    a new torchrun restores the same checkpoint in both ranks and ends bit-equal to an uninterrupted run."""
+    env = {**ck_env, "OMP_NUM_THREADS": "1"}
+    ref = _torchrun(env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref"))
+    expected, _, _ = _finish(ref)
+    cut = _torchrun(env, dest=str(tmp_path / "run"), out=str(tmp_path / "cut"), sigterm_at=[1, 2])
+    stdout, stderr = cut.communicate(timeout=300)
+    assert cut.returncode != 0 and "SIGTERM received: saved step 7" in stdout, f"{stdout}\n{stderr[-3000:]}"
+    resumed, out, explain = _finish(_torchrun(env, dest=str(tmp_path / "run"), out=str(tmp_path / "resumed")))
+    assert resumed["restored"] == [7, 1, 3], explain   # 4 batches per rank and epoch
+    assert resumed["step"] == expected["step"] == 12
+    for rank in (0, 1):
+        with np.load(tmp_path / f"ref.{rank}.npz") as want, np.load(tmp_path / f"resumed.{rank}.npz") as got:
+            assert [k for k in want.files if not np.array_equal(want[k], got[k])] == [], (rank, explain)
 
 
 # -- in-process: the store's contents and bad input --------------------------------------------------------
@@ -465,4 +522,5 @@ def test_a_loop_left_by_an_exception_leaves_no_signal_handler_acting(tmp_path, c
 
 
 if __name__ == "__main__":
-    worker(json.loads(sys.argv[1]))
+    _spec = json.loads(sys.argv[1])
+    ddp_worker(_spec) if _spec.get("ddp") else worker(_spec)
