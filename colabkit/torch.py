@@ -10,7 +10,8 @@
 Everything passed by name with ``state_dict()`` / ``load_state_dict()`` (modules, optimizers, LR schedulers,
 ``torch.amp.GradScaler``, your own objects) is saved and restored, with ``ar.state`` (JSON-able values of your
 own), the step and epoch counters, the RNG states (torch CPU and CUDA, NumPy, Python) and the DataLoader's
-position and shuffle order. Checkpoints go through `colabkit.Checkpoints`: tensors are stored as NumPy arrays
+position and shuffle order. In a distributed run (torchrun) rank 0 writes and every rank restores its own RNG
+states from the same checkpoint. Checkpoints go through `colabkit.Checkpoints`: tensors are stored as NumPy arrays
 in ``.npz`` with a JSON tree; nothing is unpickled on restore.
 """
 from __future__ import annotations
