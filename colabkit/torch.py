@@ -235,8 +235,8 @@ class AutoResume:
                       f"without state): epoch {self.epoch} restarts from its first batch")
             self.batch, skip = 0, 0
         if getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0:
-            log.info("colabkit: persistent_workers keeps each worker's RNG across epochs; a resumed run's "
-                     "augmentation in workers repeats only from an epoch's start")
+            log.info("colabkit: persistent_workers keeps each worker's RNG across epochs, and a resumed run starts "
+                     "new workers: their augmentation does not repeat the uninterrupted run's")
         iterator = iter(loader)
         if skip:
             _skip(iterator, skip)

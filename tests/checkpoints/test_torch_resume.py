@@ -356,13 +356,15 @@ def test_checkpoint_holds_arrays_and_json_only(tmp_path, ck_env):
         assert any(np.array_equal(arrays[k], model[0].weight.detach().numpy()) for k in arrays.files)
 
 
-def test_wrapped_model_checkpoint_fits_the_bare_model(tmp_path, ck_env):
+@pytest.mark.parametrize("wrap", [torch.nn.DataParallel, torch.compile], ids=["DataParallel", "compile"])
+def test_wrapped_model_checkpoint_fits_the_bare_model(tmp_path, ck_env, wrap):
     import colabkit
     model, opt = _tiny()
-    ar = colabkit.torch.AutoResume(tmp_path / "run", model=torch.nn.DataParallel(model), opt=opt, deadline=None,
-                                   verbose=0)
-    _train(ar, model, opt, _loader(), 1)
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=wrap(model), opt=opt, deadline=None, verbose=0)
+    _train(ar, model, opt, _loader(), 1)   # the bare model trains: torch.compile would need a C compiler here
     ar.close()
+    saved = colabkit.Checkpoints(tmp_path / "run").restore().state["objects"]["model"]
+    assert set(saved) == set(model.state_dict())   # no "module." / "_orig_mod." prefix
     other, other_opt = _tiny(seed=5)
     colabkit.torch.AutoResume(tmp_path / "run", model=other, opt=other_opt, deadline=None, verbose=0)
     for a, b in zip(model.state_dict().values(), other.state_dict().values()):
