@@ -115,6 +115,8 @@ class AutoResume:
         self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
         self._dist = _distributed()         # torch.distributed with more than one process: rank 0 writes
         self._rank = self._dist.get_rank() if self._dist is not None else 0
+        from .widgets import track
+        track(self)   # the status panel shows this run's saves and deadlines
         self._restore()
 
     # -- helpers ---------------------------------------------------------------------------------------------

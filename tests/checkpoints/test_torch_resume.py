@@ -356,6 +356,18 @@ def test_checkpoint_holds_arrays_and_json_only(tmp_path, ck_env):
         assert any(np.array_equal(arrays[k], model[0].weight.detach().numpy()) for k in arrays.files)
 
 
+def test_the_status_panel_shows_the_run(tmp_path, ck_env):
+    import colabkit
+    from colabkit import widgets
+    model, opt = _tiny()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
+    _train(ar, model, opt, _loader(), 1)
+    resume, store = widgets.latest()
+    assert resume is ar and store is ar.checkpoints
+    assert "step 3 (epoch 1)" in str(widgets.snapshot().rows)
+    ar.close()
+
+
 @pytest.mark.parametrize("wrap", [torch.nn.DataParallel, torch.compile], ids=["DataParallel", "compile"])
 def test_wrapped_model_checkpoint_fits_the_bare_model(tmp_path, ck_env, wrap):
     import colabkit
