@@ -41,6 +41,8 @@ FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
 _TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: tensors, tuples, non-str-key dicts
 # dtypes NumPy has no equivalent for: stored as raw integers of the same width, the dtype named beside them
+# objects whose saved class must match (their state dicts load into another class without an error)
+_CLASS_CHECKED = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 # optimizer state entries shaped like their parameter (torch.optim's own optimizers)
 _PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg", "acc_delta",
                  "grad_avg")
@@ -154,8 +156,14 @@ class AutoResume:
                 + (f"; not passed now: {extra}" if extra else "")
                 + ". Pass the same names as the run that saved it, or use another folder. Nothing was restored.")
         decoded = {name: _decode(saved[name]) for name in self.objects}
+        classes = state.get("classes") or {}
         for name, obj in self.objects.items():   # everything is checked before anything is loaded
-            _check_fits(name, _target(obj), decoded[name], self.directory)
+            target = _target(obj)
+            if isinstance(target, _CLASS_CHECKED) and classes.get(name, type(target).__name__) != type(target).__name__:
+                raise CheckpointError(f"{name}: the checkpoint in {self.directory} was saved from "
+                                      f"{classes[name]}, and {name} is {type(target).__name__} now. Pass the same "
+                                      f"kind of object under each name, or use another folder. Nothing was restored.")
+            _check_fits(name, target, decoded[name], self.directory)
         for name, obj in self.objects.items():
             try:
                 _target(obj).load_state_dict(decoded[name])
@@ -347,6 +355,7 @@ class AutoResume:
             for tensor, buffer in zip(tensors, buffers):
                 _copy_into(buffer, tensor)
             state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": self.state,
+                     "classes": {name: type(_target(obj)).__name__ for name, obj in self.objects.items()},
                      "rng": _rng_state(), "epoch_start": self._epoch_start if self.batch else None}
             if ranks is not None:
                 state["ranks"] = ranks

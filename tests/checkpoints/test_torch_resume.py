@@ -419,6 +419,21 @@ def test_other_names_than_the_checkpoints_are_refused(tmp_path, ck_env):
         colabkit.torch.AutoResume(tmp_path / "run", model=model, deadline=None, verbose=0)
 
 
+def test_an_optimizer_of_another_class_is_refused_and_nothing_changes(tmp_path, ck_env):
+    import colabkit
+    model, opt = _tiny()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
+    _train(ar, model, opt, _loader(), 1)
+    ar.close()
+    other, _ = _tiny(seed=9)
+    sgd = torch.optim.SGD(other.parameters(), lr=0.1)
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    with pytest.raises(colabkit.CheckpointError, match=r"opt: .* was saved from Adam, and opt is SGD now"):
+        colabkit.torch.AutoResume(tmp_path / "run", model=other, opt=sgd, deadline=None, verbose=0)
+    assert all(torch.equal(before[k], v) for k, v in other.state_dict().items())
+    assert sgd.state_dict()["param_groups"][0]["lr"] == 0.1
+
+
 def test_iterable_dataset_says_it_cannot_be_positioned_and_restarts_the_epoch(tmp_path, ck_env, capsys):
     import colabkit
     model = torch.nn.Linear(4, 1)
