@@ -29,6 +29,7 @@ _LAZY = {
     "strategy": ("colabkit.devices", "strategy"),
     "device": ("colabkit.devices", "device"),
     "keras": ("colabkit.keras", None),
+    "torch": ("colabkit.torch", None),
     "keepalive": ("colabkit.keepalive", None),   # a callable module: colabkit.keepalive("60s")
     "presence": ("colabkit.presence", None),     # a callable module: colabkit.presence()
     "widgets": ("colabkit.widgets", None),

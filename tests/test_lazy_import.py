@@ -45,8 +45,8 @@ def probe(code: str) -> dict:
 
 
 def test_the_forbidden_packages_are_installed_or_standin_available(colab_standin):
-    # Otherwise "not imported" would hold trivially. torch and jax are not required to be installed.
-    for name in ("tensorflow", "keras"):
+    # Otherwise "not imported" would hold trivially. The dev extra installs torch; jax is not required.
+    for name in ("tensorflow", "keras", "torch"):
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"{name} is not installed here; the guarantee cannot be checked for it")
     assert importlib.util.find_spec("google.colab") is not None  # the stand-in

@@ -1,0 +1,701 @@
+"""`colabkit.torch.AutoResume`: one-line exact resume for plain PyTorch training loops.
+
+    ar = colabkit.torch.AutoResume("drive:runs/gan", model=G, disc=D, opt_g=opt_g, opt_d=opt_d,
+                                   sched=sched, scaler=scaler, save_freq=500, every="15min")
+    for epoch in ar.epochs(100):          # starts at the saved epoch
+        for batch in ar.batches(loader):  # skips to the saved position; saves on save_freq / every / deadlines
+            ...
+        sched.step()                      # per-epoch code runs before the epoch-end save
+
+Everything passed by name with ``state_dict()`` / ``load_state_dict()`` (modules, optimizers, LR schedulers,
+``torch.amp.GradScaler``, your own objects) is saved and restored, with ``ar.state`` (JSON-able values of your
+own), the step and epoch counters, the RNG states (torch CPU and CUDA, NumPy, Python) and the DataLoader's
+position and shuffle order. In a distributed run (torchrun) rank 0 writes and every rank restores its own RNG
+states from the same checkpoint. Checkpoints go through `colabkit.Checkpoints`: tensors are stored as NumPy arrays
+in ``.npz`` with a JSON tree; nothing is unpickled on restore.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .optional import require
+
+torch = require("torch", "torch", "colabkit.torch.AutoResume")
+
+from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
+from .deadline import watch_for  # noqa: E402
+from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
+
+log = logging.getLogger("colabkit")
+
+FORMAT = "colabkit.torch/1"
+FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
+_ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
+_TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: tensors, tuples, non-str-key dicts
+# dtypes NumPy has no equivalent for: stored as raw integers of the same width, the dtype named beside them
+# objects whose saved class must match (their state dicts load into another class without an error)
+_CLASS_CHECKED = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+# optimizer state entries shaped like their parameter (torch.optim's own optimizers)
+_PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg", "acc_delta",
+                 "grad_avg")
+_RAW_VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+
+
+class AutoResume:
+    """Save and restore a plain PyTorch training loop, crash-safely, in ``directory`` ("drive:runs/x" or a folder).
+
+    Args:
+        directory: where checkpoints go.
+        save_freq: also save every this many batches (None: no batch-count saves).
+        every: also save on a wall-clock interval, e.g. "15min".
+        deadline: "auto" (save and stop before the runtime cap; also save before the idle cutoff when
+            %keepalive is on), None, a time budget ("11h30m") counted from the first epoch, or a datetime.
+        deadline_margin: the least time before a deadline at which the final save starts (default 60s).
+        keep: committed checkpoints to keep (default: the configured ``keep``, 3).
+        verbose: 1 prints one line per resume/deadline/interrupt; 0 is silent (logging still records).
+        local_dir, keep_every, resume_from: as for `colabkit.Checkpoints`.
+        **objects: the training state, by name: anything with ``state_dict()`` and ``load_state_dict()``.
+            ``DataParallel`` / ``DistributedDataParallel`` (and ``torch.compile``) wrappers are unwrapped, so a
+            checkpoint's keys are the model's own.
+
+    A checkpoint is taken after each epoch (once the body of ``for epoch in ar.epochs(n)`` has run), every
+    ``save_freq`` batches and ``every`` interval, before a deadline, and on SIGTERM or an interrupt (the
+    notebook's stop button): then the checkpoint is committed, and the signal is passed on (SIGTERM ends the
+    process as it would have; SIGINT raises KeyboardInterrupt). A deadline that ends training stops both loops
+    after its save. The objects are restored when AutoResume is created (before that, every saved value is
+    checked against the objects: a checkpoint from another model raises CheckpointError and changes nothing);
+    the RNG states when the loops reach the saved position.
+    """
+
+    def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
+                 keep_every=None, verbose=1, local_dir=None, resume_from=None, **objects):
+        if save_freq is not None and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+            raise ValueError(f"save_freq={save_freq!r} is invalid: pass a number of batches (at least 1), or None "
+                             f"for no batch-count saves.")
+        if every is not None:
+            try:
+                every = parse_duration(every, name="every")
+            except ValueError:
+                raise ValueError(f"every={every!r} is invalid: pass None or {DURATION_FORMS}.") from None
+        for name, obj in objects.items():
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise ValueError(
+                    f"{name}={type(obj).__name__} has no state_dict()/load_state_dict(), so AutoResume cannot save "
+                    f"and restore it. Pass modules, optimizers, LR schedulers, GradScaler, or an object of your own "
+                    f"with those two methods; put plain values in ar.state[{name!r}] instead.")
+        self.directory, self.save_freq, self.every, self.verbose = directory, save_freq, every, verbose
+        self.deadline = deadline
+        self.margin_floor = 60.0 if deadline_margin is None else parse_duration(deadline_margin, name="deadline_margin")
+        watch_for(deadline, started_at=time.time())   # validate it now, not at the first epoch
+        self.objects = dict(objects)
+        self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
+                                       resume_from=resume_from)
+        self.state: dict = {}          # JSON-able values of your own, saved with every checkpoint
+        self.step = 0                  # batches trained in total
+        self.epoch = 0                 # the current epoch
+        self.batch = 0                 # batches trained in the current epoch
+        self.events = []               # (wall time, event, detail)
+        self.restored = None           # what was restored (colabkit.Restored), or None
+        self.stopped_for = None        # why training was stopped (a deadline, a signal), or None
+        self._pending = None           # the restored checkpoint's RNG and loader states, applied at its position
+        self._epoch_start = None       # RNG states at the start of the current epoch's loader
+        self._since_save, self._last_save_time = 0, time.time()
+        self._last_saved = None        # (step, epoch, batch) of the last save
+        self._interrupt = None
+        self._old_handlers = {}
+        self._loop_frame = None
+        self._watch = None
+        self._state_nbytes = 0
+        self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
+        self._dist = _distributed()         # torch.distributed with more than one process: rank 0 writes
+        self._rank = self._dist.get_rank() if self._dist is not None else 0
+        from .widgets import track
+        track(self)   # the status panel shows this run's saves and deadlines
+        self._restore()
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def _say(self, message: str):
+        log.info("colabkit: %s", message)
+        if self.verbose and self._rank == 0:
+            print(f"colabkit: {message}", flush=True)
+
+    def _event(self, kind: str, detail: str):
+        self.events.append((time.time(), kind, detail))
+
+    # -- restore ---------------------------------------------------------------------------------------------
+    def _restore(self):
+        restored = self.checkpoints.restore()
+        if self._dist is not None:   # every rank restores the same checkpoint before any rank saves again
+            low, high = self._all_reduce([-(restored.step if restored else -1), restored.step if restored else -1])
+            if -low != high:
+                raise CheckpointError(f"the processes of this distributed run found different checkpoints in "
+                                      f"{self.directory} (steps {-low} to {high}); give every rank the same "
+                                      f"folder, readable from each. Nothing was restored.")
+        if restored is None:
+            return
+        state = restored.state
+        if state.get("format") != FORMAT:
+            raise CheckpointError(f"{self.directory} holds a checkpoint that colabkit.torch did not write "
+                                  f"(format {state.get('format')!r}); use another folder. Nothing was restored.")
+        saved = state.get("objects") or {}
+        missing = [n for n in self.objects if n not in saved]
+        extra = [n for n in saved if n not in self.objects]
+        if missing or extra:
+            raise CheckpointError(
+                f"The checkpoint in {self.directory} (step {restored.step}) holds {sorted(saved)}, and AutoResume "
+                f"was given {sorted(self.objects)}"
+                + (f"; missing from the checkpoint: {missing}" if missing else "")
+                + (f"; not passed now: {extra}" if extra else "")
+                + ". Pass the same names as the run that saved it, or use another folder. Nothing was restored.")
+        decoded = {name: _decode(saved[name]) for name in self.objects}
+        classes = state.get("classes") or {}
+        for name, obj in self.objects.items():   # everything is checked before anything is loaded
+            target = _target(obj)
+            if isinstance(target, _CLASS_CHECKED) and classes.get(name, type(target).__name__) != type(target).__name__:
+                raise CheckpointError(f"{name}: the checkpoint in {self.directory} was saved from "
+                                      f"{classes[name]}, and {name} is {type(target).__name__} now. Pass the same "
+                                      f"kind of object under each name, or use another folder. Nothing was restored.")
+            _check_fits(name, target, decoded[name], self.directory)
+        for name, obj in self.objects.items():
+            try:
+                _target(obj).load_state_dict(decoded[name])
+            except Exception as exc:
+                raise CheckpointError(f"{name}: loading its state from {self.directory} (step {restored.step}) "
+                                      f"failed: {exc}") from exc
+        self.state = dict(state.get("user") or {})
+        self.step, self.epoch, self.batch = restored.step, restored.epoch or 0, restored.batch or 0
+        own = {"rng": state["rng"], "epoch_start": state.get("epoch_start")}
+        ranks = state.get("ranks") or []
+        if self._dist is not None:
+            if len(ranks) == self._dist.get_world_size():
+                own = ranks[self._rank]
+            else:
+                log.warning("colabkit: the checkpoint holds the RNG states of %d processes and this run has %d; "
+                            "every rank starts from rank 0's", len(ranks) or 1, self._dist.get_world_size())
+        self._pending = {"rng": own["rng"], "epoch_start": own.get("epoch_start"), "batch": self.batch}
+        self._last_saved = (self.step, self.epoch, self.batch)
+        self.restored = restored
+        self._event("restore", f"step {self.step} (epoch {self.epoch}, batch {self.batch})")
+        self._say(f"resumed from step {self.step} (epoch {self.epoch}, batch {self.batch}) in {self.directory}")
+
+    # -- the loops -------------------------------------------------------------------------------------------
+    def epochs(self, n: int):
+        """Yield the epochs from the saved one up to ``n`` (exclusive). After each epoch's body: a checkpoint."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"epochs(n={n!r}) is invalid: pass the total number of epochs, a whole number.")
+        if self.epoch >= n:
+            if self._pending is not None:   # as the run that finished left them
+                _set_rng(self._pending["rng"])
+                self._pending = None
+            self._say(f"training already finished: the checkpoint is at epoch {self.epoch} of {n}")
+            return
+        self.stopped_for, self._interrupt = None, None
+        self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
+        self._loop_frame = sys._getframe(1)   # the frame running ``for epoch in ar.epochs(n)``
+        self._install_signal_handlers()
+        try:
+            if self._rank == 0:
+                self.checkpoints.claim()
+            while self.epoch < n:
+                pending = self._pending
+                if pending is not None and pending["batch"] == 0:   # resumed at an epoch's start
+                    _set_rng(pending["rng"])
+                    self._pending = None
+                yield self.epoch
+                if self.stopped_for is not None:
+                    return
+                self.epoch, self.batch = self.epoch + 1, 0
+                self._epoch_start = None
+                self._save(reason="epoch")
+                self._agree(False)
+                if self._check_interrupt():
+                    return
+            if not self.checkpoints.wait(self._final_wait_s()):
+                self._say(f"the final checkpoint (step {self.step}) is not on {self.directory} yet: "
+                          f"{self._saved_where(False)}")
+        finally:
+            self._restore_signal_handlers()
+            self._release_if_committed()
+
+    def _release_if_committed(self):
+        """Everything is on the destination: another AutoResume (a re-run of the cell) may write there now."""
+        if self.checkpoints.wait(0):
+            self.checkpoints.release()
+
+    def batches(self, loader):
+        """Yield ``loader``'s batches for the current epoch, from the saved position on a resume; saves on
+        ``save_freq``, ``every``, deadlines and signals after each batch's step."""
+        pending = self._pending
+        skip = pending["batch"] if pending is not None else 0
+        generators = _loader_generators(loader)
+        if skip and pending.get("epoch_start") is not None:
+            _set_epoch_start(pending["epoch_start"], generators)   # the same shuffle order and worker seeds
+        self._epoch_start = _epoch_start_state(generators)
+        positionable = _positionable(loader)
+        if skip and not positionable:
+            self._say(f"{type(loader).__name__} cannot be positioned mid-epoch (an IterableDataset or iterator "
+                      f"without state): epoch {self.epoch} restarts from its first batch")
+            self.batch, skip = 0, 0
+        if getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0:
+            log.info("colabkit: persistent_workers keeps each worker's RNG across epochs, and a resumed run starts "
+                     "new workers: their augmentation does not repeat the uninterrupted run's")
+        iterator = iter(loader)
+        if skip:
+            _skip(iterator, skip)
+        if pending is not None:
+            _set_rng(pending["rng"])
+            self._pending = None
+        for batch in iterator:
+            yield batch
+            self.step += 1
+            self.batch += 1
+            self._since_save += 1
+            if self._after_batch():
+                return
+
+    def _after_batch(self) -> bool:
+        """Save when due. True when training stops (a deadline or a signal). In a distributed run rank 0
+        decides when (it keeps the clock) and every rank takes part in the save and the stop."""
+        deadline = save = None
+        if self._rank == 0:
+            deadline = self._watch.due(self._estimated_save_s()) if self._watch is not None else None
+            if deadline is not None:
+                self._watch.mark_handled(deadline)
+                save = None if deadline.stop_training else "deadline"
+            elif self.save_freq is not None and self._since_save >= self.save_freq:
+                save = "save_freq"
+            elif self.every and time.time() - self._last_save_time >= self.every:
+                save = "every"
+        stopping, save = self._agree(deadline is not None and deadline.stop_training, save)
+        if self._check_interrupt():
+            return True
+        if stopping:
+            if deadline is None:   # rank 0 stops for a deadline: so does this rank, once rank 0 has saved
+                self._final_save("rank 0 reached a deadline")
+            else:
+                self._final_save(f"{deadline.reason} is {format_duration(deadline.at - time.time())} away",
+                                 timeout=max(1.0, deadline.at - time.time()), event="deadline-save")
+            return True
+        if save == "deadline":
+            if deadline is None:
+                self._save(reason="deadline")
+            else:
+                self._save(reason=f"before {deadline.reason}", wait=max(1.0, deadline.at - time.time()),
+                           event="deadline-save")
+                self._say(f"saved step {self.step} before {deadline.reason}; training continues")
+        elif save is not None:
+            self._save(reason=save)
+        return False
+
+    def _check_interrupt(self) -> bool:
+        """A signal arrived: save, commit, then pass it on. True when training stops."""
+        if not self._interrupt:
+            return False
+        name = self._interrupt
+        self._final_save(f"{name} received")
+        self._restore_signal_handlers()
+        if name == "SIGTERM":
+            signal.raise_signal(signal.SIGTERM)   # the checkpoint is safe: let it end the process as it would have
+        raise KeyboardInterrupt("training interrupted; the last checkpoint was committed first")
+
+    # -- distributed runs ------------------------------------------------------------------------------------
+    def _all_reduce(self, values: list) -> list:
+        """The element-wise maximum of ``values`` over the ranks."""
+        dist = self._dist
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        tensor = torch.tensor(values, dtype=torch.int64, device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return [int(v) for v in tensor.tolist()]
+
+    def _agree(self, stop: bool, save=None):
+        """In a distributed run, every rank learns of a signal any rank received, and of rank 0's decisions: a
+        deadline stop, a save (one small all-reduce per batch), so that all act at the same batch. Returns
+        (whether a deadline stops training, the save due or None)."""
+        if self._dist is None:
+            return stop, save
+        signals, saves = (None, "SIGINT", "SIGTERM"), (None, "save_freq", "every", "deadline")
+        signalled, stop, due = self._all_reduce([signals.index(self._interrupt), int(stop), saves.index(save)])
+        if signalled and not self._interrupt:
+            self._interrupt = signals[signalled]
+        return bool(stop), saves[due]
+
+    def _rank_states(self):
+        """Rank 0: every rank's RNG and epoch-start states, gathered (each rank draws its own numbers);
+        other ranks: None after sending theirs. Called by every rank at every save."""
+        mine = {"rng": _rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+        gathered = [None] * self._dist.get_world_size() if self._rank == 0 else None
+        self._dist.gather_object(mine, gathered, dst=0)
+        return gathered
+
+    # -- saving ----------------------------------------------------------------------------------------------
+    def save(self, *, wait=False, reason: str = "manual") -> bool:
+        """Save now (between batches). ``wait``: True blocks until committed; a number waits at most that long."""
+        return self._save(reason=reason, wait=wait)
+
+    def _state(self, periodic: bool, ranks=None):
+        """(the state to save, with every tensor copied once into a reused host buffer; the buffers) or None
+        when a periodic save of a large state finds its buffers still being written (the next batch asks again)."""
+        tensors = []
+        objects = {name: _encode(_target(obj).state_dict(), tensors) for name, obj in self.objects.items()}
+        specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
+        self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
+        buffers = self._buffers.take(specs, wait=not periodic or self._buffers.is_small(self._state_nbytes),
+                                     reclaim=self.checkpoints._drop_pending)
+        if buffers is None:
+            return None
+        try:
+            for tensor, buffer in zip(tensors, buffers):
+                _copy_into(buffer, tensor)
+            state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": self.state,
+                     "classes": {name: type(_target(obj)).__name__ for name, obj in self.objects.items()},
+                     "rng": _rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+            if ranks is not None:
+                state["ranks"] = ranks
+        except BaseException:
+            self._buffers.give_back(buffers)
+            raise
+        return state, buffers
+
+    def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
+        if self._last_saved == (self.step, self.epoch, self.batch) and not wait:
+            return True
+        ranks = self._rank_states() if self._dist is not None else None
+        if self._rank != 0:   # a distributed run: rank 0 holds the same model state and writes it
+            self._last_saved = (self.step, self.epoch, self.batch)
+            self._since_save, self._last_save_time = 0, time.time()
+            return True
+        taken = self._state(periodic=reason in ("save_freq", "every"), ranks=ranks)
+        if taken is None:
+            return False
+        state, buffers = taken
+        ok = self.checkpoints.save(self.step, state, epoch=self.epoch, batch=self.batch, wait=wait,
+                                   _copy_arrays=False, info={"reason": reason},
+                                   _release=lambda: self._buffers.give_back(buffers))
+        self._last_saved = (self.step, self.epoch, self.batch)
+        self._since_save, self._last_save_time = 0, time.time()
+        self._event(event, f"step {self.step} (epoch {self.epoch}, batch {self.batch}, {reason})")
+        return ok
+
+    def _estimated_save_s(self) -> float:
+        measured = self.checkpoints.estimated_save_seconds()
+        return measured if measured is not None else 0.2 + self._state_nbytes / _ASSUMED_UPLOAD_BYTES_PER_S
+
+    def _final_wait_s(self) -> float:
+        return max(FINAL_WAIT_FLOOR_S, 3 * self._estimated_save_s())
+
+    def _saved_where(self, committed: bool) -> str:
+        if committed:
+            return f"committed to {self.directory}"
+        last_local = self.checkpoints.status.last_local
+        if last_local is not None and last_local.step == self.step:
+            return (f"kept on local disk at {last_local.path}; the upload to {self.directory} is pending "
+                    f"({self.checkpoints.status.last_error or 'still running'})")
+        return f"NOT saved: {self.checkpoints.status.last_error or 'the local write failed'}"
+
+    def _final_save(self, why: str, timeout=None, event: str = "save"):
+        wait = self._final_wait_s() if timeout is None else timeout
+        self._last_saved = None   # always taken and waited for
+        committed = self._save(reason=why, wait=wait, event=event)
+        if self._dist is not None:
+            self._dist.barrier()   # no rank ends (and has its launcher stop the others) before rank 0 has committed
+        self.stopped_for = why
+        self._event("stop", why)
+        if committed:
+            self._release_if_committed()
+        self._say(f"{why}: saved step {self.step} ({self._saved_where(committed)}) and stopped training. "
+                  f"Re-run this cell to resume.")
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Finish pending uploads and release the folder."""
+        self.checkpoints.close(timeout)
+
+    # -- signals ---------------------------------------------------------------------------------------------
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous = signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):
+                continue
+            owner = getattr(previous, "__self__", None)
+            if isinstance(owner, AutoResume):   # left by a loop that ended without closing epochs(): chain past it
+                default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+                previous = owner._old_handlers.get(sig, default) if owner is not self else default
+            self._old_handlers[sig] = previous
+
+    def _restore_signal_handlers(self):
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers = {}
+
+    def _loop_running(self, frame) -> bool:
+        """Whether the frame that iterates ``epochs()`` is on the stack at ``frame``."""
+        while frame is not None:
+            if frame is self._loop_frame:
+                return True
+            frame = frame.f_back
+        return False
+
+    def _on_signal(self, signum, frame):
+        previous = self._old_handlers.get(signum, signal.SIG_DFL)
+        if not self._loop_running(frame if frame is not None else sys._getframe(1)):
+            # the training loop is gone (left by an exception, epochs() not closed yet): step aside
+            self._restore_signal_handlers()
+            _pass_signal_on(previous, signum, frame)
+            return
+        name = signal.Signals(signum).name
+        if self._interrupt != name:
+            self._interrupt = name   # handled after the current batch's step: save, commit, then pass it on
+            return
+        # the same signal twice: stop waiting for the save and let the previous handler act now
+        self._restore_signal_handlers()
+        _pass_signal_on(previous, signum, frame)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+
+
+def _pass_signal_on(previous, signum, frame):
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.raise_signal(signum)
+
+
+def _distributed():
+    """torch.distributed when this process is one of several of an initialized process group, else None."""
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+# -- objects and their state dicts -----------------------------------------------------------------------------
+
+def _target(obj):
+    """The object whose state_dict is saved: wrappers (DataParallel, DistributedDataParallel, torch.compile)
+    give way to the module they wrap, so keys carry no ``module.`` prefix and a checkpoint fits either form."""
+    while True:
+        if isinstance(obj, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+            obj = obj.module
+        elif isinstance(obj, torch.nn.Module) and isinstance(getattr(obj, "_orig_mod", None), torch.nn.Module):
+            obj = obj._orig_mod
+        else:
+            return obj
+
+
+class _Spec:
+    """A host buffer's shape and NumPy dtype (what SnapshotBuffers lays its sets out by)."""
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+def _host_dtype(tensor) -> np.dtype:
+    name = str(tensor.dtype).removeprefix("torch.")
+    return np.dtype(_RAW_VIEW.get(name, name))
+
+
+def _copy_into(buffer: np.ndarray, tensor) -> None:
+    """One copy of ``tensor`` (any device) into ``buffer``: device-to-host lands in the buffer directly."""
+    t = tensor.detach()
+    name = str(t.dtype).removeprefix("torch.")
+    if name in _RAW_VIEW:
+        t = t.view(getattr(torch, _RAW_VIEW[name]))
+    torch.from_numpy(buffer).copy_(t)
+
+
+class _Slot:
+    """Where the n-th tensor's buffer goes in the encoded tree (filled in by _fill)."""
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
+def _fill(tree, buffers):
+    if isinstance(tree, _Slot):
+        return buffers[tree.index]
+    if isinstance(tree, dict):
+        return {k: _fill(v, buffers) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_fill(v, buffers) for v in tree]
+    return tree
+
+
+def _encode(value, tensors: list):
+    """A state dict as the store's tree: each tensor is appended to ``tensors`` and stands as a slot for its
+    host copy (its dtype beside it); tuples and dicts with non-string keys are tagged so that they come back
+    as they were."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return {_TAG: "tensor", "dtype": str(value.dtype).removeprefix("torch."), "data": _Slot(len(tensors) - 1)}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and k != _TAG for k in value):
+            return {k: _encode(v, tensors) for k, v in value.items()}
+        items = []
+        for k, v in value.items():
+            if not isinstance(k, (str, int, float, bool)) and k is not None:
+                raise CheckpointError(f"a state_dict key {k!r} ({type(k).__name__}) cannot be stored; use "
+                                      f"strings or numbers as keys.")
+            items.append([k, _encode(v, tensors)])
+        return {_TAG: "dict", "items": items}
+    if isinstance(value, tuple):
+        return {_TAG: "tuple", "items": [_encode(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v, tensors) for v in value]
+    if isinstance(value, (torch.dtype, torch.device)):
+        return {_TAG: type(value).__name__, "name": str(value)}
+    return value
+
+
+def _decode(value):
+    if isinstance(value, dict):
+        kind = value.get(_TAG)
+        if kind == "tensor":
+            data = np.array(value["data"])   # owned and writable (the restored array views the file's bytes)
+            tensor = torch.from_numpy(data)
+            if value["dtype"] in _RAW_VIEW:
+                tensor = tensor.view(getattr(torch, value["dtype"]))
+            return tensor
+        if kind == "dict":
+            return {k: _decode(v) for k, v in value["items"]}
+        if kind == "tuple":
+            return tuple(_decode(v) for v in value["items"])
+        if kind == "dtype":
+            return getattr(torch, value["name"].removeprefix("torch."))
+        if kind == "device":
+            return torch.device(value["name"])
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def _check_fits(name, obj, saved, directory):
+    """Raise CheckpointError naming ``name`` when the saved state cannot be loaded into ``obj``."""
+    def mismatch(detail):
+        return CheckpointError(f"{name}: the checkpoint in {directory} does not fit it ({detail}). It was saved "
+                               f"from a different model or setup: use the same objects, or another folder. "
+                               f"Nothing was restored.")
+
+    current = obj.state_dict()
+    if isinstance(obj, torch.nn.Module):
+        missing = [k for k in current if k not in saved]
+        unexpected = [k for k in saved if k not in current]
+        if missing or unexpected:
+            raise mismatch((f"missing {missing[:5]}" if missing else "")
+                           + ("; " if missing and unexpected else "")
+                           + (f"unexpected {unexpected[:5]}" if unexpected else ""))
+    if isinstance(obj, torch.optim.Optimizer):
+        groups, saved_groups = current["param_groups"], saved.get("param_groups", [])
+        sizes, saved_sizes = [len(g["params"]) for g in groups], [len(g["params"]) for g in saved_groups]
+        if sizes != saved_sizes:
+            raise mismatch(f"parameter groups of sizes {saved_sizes} in the checkpoint, {sizes} now")
+        params = [p for g in obj.param_groups for p in g["params"]]
+        saved_ids = [i for g in saved_groups for i in g["params"]]
+        for i, param in zip(saved_ids, params):
+            for key, value in (saved.get("state") or {}).get(i, {}).items():
+                if key in _PARAM_SHAPED and isinstance(value, torch.Tensor) and value.shape != param.shape:
+                    raise mismatch(f"state[{i}][{key!r}] has shape {tuple(value.shape)} in the checkpoint, the "
+                                   f"parameter has shape {tuple(param.shape)} now")
+    _check_shapes(current, saved, "", mismatch)
+
+
+def _check_shapes(current, saved, where, mismatch):
+    if isinstance(current, torch.Tensor) and isinstance(saved, torch.Tensor):
+        if tuple(current.shape) != tuple(saved.shape):
+            raise mismatch(f"{where or 'the value'} has shape {tuple(saved.shape)} in the checkpoint and "
+                           f"{tuple(current.shape)} now")
+    elif isinstance(current, dict) and isinstance(saved, dict):
+        for key in current:
+            if key in saved:
+                _check_shapes(current[key], saved[key], f"{where}.{key}" if where else str(key), mismatch)
+
+
+# -- RNG and the loader --------------------------------------------------------------------------------------
+
+def _rng_state() -> dict:
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state()
+    state = {"python": {"version": version, "internal": list(internal), "gauss": gauss},
+             "numpy": {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
+                       "cached_gaussian": float(np_state[4])},
+             "torch": torch.get_rng_state().numpy().copy()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [s.numpy().copy() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def _set_rng(state: dict):
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(x) for x in p["internal"]), p["gauss"]))
+    n = state["numpy"]
+    np.random.set_state(("MT19937", np.asarray(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
+    if state.get("cuda") and torch.cuda.is_available():
+        for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(torch.from_numpy(np.array(s, dtype=np.uint8)), i)
+
+
+def _loader_generators(loader) -> list:
+    """The torch.Generators that decide a DataLoader's shuffle order and worker seeds (its own, its sampler's),
+    each once."""
+    found = []
+    for owner in (loader, getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None),
+                                                                   "sampler", None)):
+        g = getattr(owner, "generator", None)
+        if isinstance(g, torch.Generator) and all(g is not other for other in found):
+            found.append(g)
+    return found
+
+
+def _epoch_start_state(generators) -> dict:
+    """What a DataLoader draws from when an epoch's iterator starts: the global torch RNG (the workers' base
+    seed and RandomSampler's permutation without a generator of their own) and the loader's generators."""
+    return {"torch": torch.get_rng_state().numpy().copy(),
+            "generators": [g.get_state().numpy().copy() for g in generators]}
+
+
+def _set_epoch_start(state: dict, generators) -> None:
+    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
+    saved = state.get("generators") or []
+    if len(saved) != len(generators):
+        log.warning("colabkit: the DataLoader has %d generators and the checkpoint %d; its shuffle order is not "
+                    "the saved one", len(generators), len(saved))
+        return
+    for g, s in zip(generators, saved):
+        g.set_state(torch.from_numpy(np.array(s, dtype=np.uint8)))
+
+
+def _positionable(loader) -> bool:
+    """Whether skipping k batches reaches the same position: a map-style DataLoader, or a re-iterable sized
+    collection (a fresh iterator starts from its first batch each time)."""
+    if isinstance(loader, torch.utils.data.DataLoader):
+        return not isinstance(loader.dataset, torch.utils.data.IterableDataset)
+    return hasattr(loader, "__len__") and iter(loader) is not loader
+
+
+def _skip(iterator, k: int) -> None:
+    """Advance ``iterator`` past ``k`` batches. A single-process DataLoader skips their indices without
+    loading them; with workers, each worker must load its batches again so that its RNG advances as it did."""
+    next_index = getattr(iterator, "_next_index", None)
+    single = type(iterator).__name__ == "_SingleProcessDataLoaderIter" and callable(next_index)
+    for _ in range(k):
+        try:
+            if single:
+                next_index()
+            else:
+                next(iterator)
+        except StopIteration:
+            return
