@@ -29,6 +29,7 @@ log = logging.getLogger("colabkit")
 
 FOLDER_MIME = "application/vnd.google-apps.folder"
 SCOPES = ["https://www.googleapis.com/auth/drive"]
+PAGE_SIZE = 1000                # files.list maxResults: Drive's largest page (it may send shorter ones)
 CHUNK = 8 << 20                 # resumable upload chunk (a multiple of 256 KiB)
 TRIES = 6                       # attempts per request before giving up (the uploader retries again later)
 BACKOFF_START, BACKOFF_MAX = 0.5, 16.0
@@ -164,8 +165,21 @@ class DriveClient:
         return f"{user.get('displayName', '?')} <{user.get('emailAddress', '?')}>"
 
     def list(self, q: str, what: str) -> list[dict]:
-        items = retrying(lambda: self.drive.ListFile({"q": q, "maxResults": 1000}).GetList(), what)
-        return [dict(f) for f in items]
+        """Every item matching ``q``: all pages, following ``nextPageToken`` until Drive gives none (a page
+        may be short, even empty, before the end). Each page is retried on its own."""
+        items: list[dict] = []
+        token, pages = None, 0
+        while True:
+            params = {"q": q, "maxResults": PAGE_SIZE, "supportsAllDrives": True, "includeItemsFromAllDrives": True}
+            if token:
+                params["pageToken"] = token
+            page = retrying(lambda: self.auth.service.files().list(**params).execute(http=self.http()),
+                            what if not pages else f"{what} (page {pages + 1})")
+            items.extend(page.get("items") or [])
+            pages += 1
+            token = page.get("nextPageToken")
+            if not token:
+                return items
 
     def children(self, parent_id: str, *, title: str | None = None, folders: bool | None = None) -> list[dict]:
         """Non-trashed children, oldest first (createdDate, then id: deterministic)."""

@@ -7,7 +7,9 @@ One threaded HTTP server on 127.0.0.1 speaks:
   ``400 invalid_grant`` answer.
 * Drive v2 (``/drive/v2/...``, reached through googleapiclient's ``api_endpoint`` client option):
   ``files.list`` with a ``q`` subset (``'<id>' in parents``, ``title = '...'``, ``mimeType = / != '...'``,
-  ``trashed = false|true`` joined by ``and``), paging (``maxResults``/``pageToken``); ``files.get`` (metadata,
+  ``trashed = false|true`` joined by ``and``), paging (``maxResults``/``pageToken``, opaque tokens; at most
+  1000 items a page, ``server.page_cap`` lowers that; ``server.short_pages`` sends short and empty pages with a
+  ``nextPageToken`` before the end, as Drive may; ``server.pages_served`` counts answers); ``files.get`` (metadata,
   or bytes with ``alt=media`` and ``Range``); ``files.insert`` metadata-only, ``uploadType=multipart`` and
   ``uploadType=resumable`` (session URI, chunked ``PUT`` with ``Content-Range``, ``308`` + ``Range``, status
   queries ``bytes */N``); ``files.update``/``patch``; ``files.trash``; ``files.delete`` (recursive for
@@ -89,6 +91,24 @@ FAULT_KINDS = ("500", "503", "drop", "drop-mid", "stale-list")
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+MAX_PAGE = 1000      # files.list never returns more items per page (v2 maxResults / v3 pageSize)
+
+
+def _page_token(start: int, page_no: int) -> str:
+    """An opaque page token (Drive's are opaque too: a client may only hand them back)."""
+    return base64.urlsafe_b64encode(f"p{start}:{page_no}".encode()).decode().rstrip("=")
+
+
+def _read_page_token(token: str | None) -> tuple[int, int]:
+    if not token:
+        return 0, 0
+    text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    if not text.startswith("p"):
+        raise ValueError(token)
+    start, page_no = text[1:].split(":")
+    return int(start), int(page_no)
 
 
 def _error_body(code: int, reason: str, message: str) -> bytes:
@@ -200,6 +220,9 @@ class DriveServer(ThreadingHTTPServer):
         self.requests: list[tuple[str, str]] = []
         self.upload_bytes = 0
         self.slow_chunk_s = 0.0
+        self.page_cap: int | None = None   # files.list pages hold at most this many items (Drive: 1000)
+        self.short_pages = False        # every other page short or empty, with a nextPageToken (Drive may)
+        self.pages_served = 0           # files.list answers sent
         self.body_timeout_s = 5.0       # a request body that stops arriving this long is abandoned (see _body)
         self._lock = threading.Lock()
         self.count = 0                               # counted (Drive API) requests since arm/reset_count
@@ -519,12 +542,21 @@ class _Handler(BaseHTTPRequestHandler):
             n, self._stale = self._stale, None
             omitted = items.pop()["id"] if items else None
             self.server.injected.append((n, "stale-list", self.command, "/drive/v2/files", f"omitted: {omitted}"))
-        size = int(query.get("maxResults") or 100)
-        start = int(query.get("pageToken") or 0)
+        # Drive caps a page at 1000 items whatever maxResults asks for, and "partial or empty result pages are
+        # possible even before the end of the files list has been reached" (maxResults in the v2 discovery
+        # document): page_cap lowers the cap, short_pages makes every other page short or empty
+        size = min(int(query.get("maxResults") or 100), MAX_PAGE, self.server.page_cap or MAX_PAGE)
+        try:
+            start, page_no = _read_page_token(query.get("pageToken"))
+        except ValueError:
+            return self._error(400, "invalid", "Invalid Value")
+        if self.server.short_pages and page_no % 2 == 1:
+            size = (page_no // 2) % 2 * max(1, size // 3)      # 0 items, then a third of a page, ...
         page = [state.public_meta(m["id"]) for m in items[start:start + size]]
         result = {"kind": "drive#fileList", "items": page}
-        if start + size < len(items):
-            result["nextPageToken"] = str(start + size)
+        if start + size < len(items) or (self.server.short_pages and page_no % 2 == 0 and start < len(items)):
+            result["nextPageToken"] = _page_token(start + size, page_no + 1)
+        self.server.pages_served += 1
         return self._json(200, result)
 
     def _media(self, fid: str):
