@@ -274,17 +274,37 @@ class DriveClient:
         self.download(file_id, buf, what=what)
         return buf.getvalue()
 
-    def walk(self, folder_id: str, prefix: str = "") -> dict[str, dict]:
-        """rel path -> newest file metadata, for every file below a folder."""
+    def walk(self, folder_id: str, prefix: str = "", *, where: str | None = None) -> dict[str, dict]:
+        """rel path -> newest file metadata, for every file below a folder. Items whose Drive name is not a
+        safe local file name (see unsafe_name) are left out, each with a warning naming it."""
         found: dict[str, list] = {}
+        where = where or f"Drive folder {folder_id}"
         for item in self.children(folder_id):
+            why = unsafe_name(item["title"])
+            if why:
+                kind = "folder" if item.get("mimeType") == FOLDER_MIME else "file"
+                log.warning("colabkit: skipped the %s %s/%s%s (Drive id %s): %s", kind, where, prefix,
+                            item["title"], item["id"], why)
+                continue
             rel = f"{prefix}{item['title']}"
             if item.get("mimeType") == FOLDER_MIME:
-                for sub_rel, sub in self.walk(item["id"], rel + "/").items():
+                for sub_rel, sub in self.walk(item["id"], rel + "/", where=where).items():
                     found.setdefault(sub_rel, []).append(sub)
             else:
                 found.setdefault(rel, []).append(item)
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}
+
+
+def unsafe_name(title) -> str | None:
+    """Why a Drive name cannot be one local path component (None when it can). Drive allows any title, "/",
+    "..", "." and "" included; joined onto a local folder those would nest or escape it."""
+    if not isinstance(title, str) or title in ("", ".", ".."):
+        return f"{title!r} is not a usable file name"
+    if "/" in title or "\\" in title:
+        return "its name contains a slash, which a local path would read as a folder"
+    if "\0" in title:
+        return "its name contains a NUL character"
+    return None
 
 
 def _q(text: str) -> str:

@@ -161,7 +161,7 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
                      lambda m=meta: m.get("md5Checksum", ""))
     if item.get("mimeType") != gdrive.FOLDER_MIME:
         return [entry(item["title"], item)], True
-    return [entry(rel, meta) for rel, meta in sorted(client.walk(item["id"]).items())], False
+    return [entry(rel, meta) for rel, meta in sorted(client.walk(item["id"], where=f"gdrive://{folder}").items())], False
 
 
 # -- the copy ------------------------------------------------------------------------------------------

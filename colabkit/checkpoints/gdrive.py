@@ -131,10 +131,11 @@ class DriveApiFolder:
             raise CorruptCheckpoint(f"{self}/{info.name} is no longer on Google Drive") from None
 
     def _files(self, info: CheckpointInfo) -> dict[str, dict]:
-        files = self.client.walk(self._folder_id(info))
+        where = f"{self}/{info.name}"
+        files = self.client.walk(self._folder_id(info), where=where)
         if set(info.manifest["files"]) - set(files):   # a listing may lag behind the upload: look once more
             time.sleep(LISTING_LAG_S)
-            files = self.client.walk(self._folder_id(info))
+            files = self.client.walk(self._folder_id(info), where=where)
         for rel, meta in info.manifest["files"].items():
             item = files.get(rel)
             if item is None:

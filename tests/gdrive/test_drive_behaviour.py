@@ -60,3 +60,49 @@ def test_checkpoint_listings_see_every_checkpoint_across_pages(gdrive, tmp_path)
             ckpt.save(step, {"w": np.full(3, step)}, wait=True)
     gdrive.page_cap, gdrive.short_pages = 1, True
     assert [c.step for c in DriveApiFolder("runs/p", g.connect(fresh=True)).committed()] == [1, 2, 3, 4]
+
+
+# -- 2. names that are not safe local paths ---------------------------------------------------------------
+def test_staging_skips_drive_names_that_would_escape_or_nest_and_names_each(gdrive, tmp_path, caplog):
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"ok/1.bin": b"one", "2.bin": b"two"})
+    up = state.add("..", top, mime=FOLDER)["id"]           # Drive allows a folder named ".."
+    state.add("evil.bin", up, data=b"x")
+    state.add("../escape.bin", top, data=b"y")             # and "/" inside a title
+    state.add("a/b.bin", top, data=b"z")
+    state.add(".", top, data=b"w")
+    out = tmp_path / "stage" / "out"
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        colabkit.stage("gdrive://data/set", out, quiet=True)
+    assert staged(out) == {"ok/1.bin": b"one", "2.bin": b"two"}
+    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["out", "out.colabkit-stage"]
+    assert not (tmp_path / "evil.bin").exists() and not (tmp_path / "stage" / "escape.bin").exists()
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 4
+    for name in ("gdrive://data/set/..", "gdrive://data/set/../escape.bin", "gdrive://data/set/a/b.bin",
+                 "gdrive://data/set/."):
+        assert any(f" {name} (Drive id" in m for m in skipped), (name, skipped)
+
+
+def test_a_checkpoint_whose_manifest_lists_a_path_outside_it_is_not_restored(gdrive, tmp_path):
+    from colabkit.checkpoints import manifest as m
+    with colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local") as ckpt:
+        ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    state = gdrive.state
+    root = state.find("runs/t")["id"]
+    evil = state.add("ckpt-000000000009-abcdef", root, mime=FOLDER)["id"]
+    payload = b"not yours"
+    import hashlib
+    files = {"../../outside.bin": {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}}
+    state.add("MANIFEST.json", evil, data=m.dumps(m.build(step=9, epoch=None, batch=None, files=files)))
+    parent = evil
+    for _ in range(2):
+        parent = state.add("..", parent, mime=FOLDER)["id"]
+    state.add("outside.bin", parent, data=payload)
+    import shutil
+    shutil.rmtree(tmp_path / "local")
+    restored = colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local").restore()
+    assert restored.step == 1
+    assert not list(tmp_path.rglob("outside.bin"))
+    with pytest.raises(m.ManifestError, match="outside"):
+        m.loads(m.dumps(m.build(step=9, epoch=None, batch=None, files=files)))
