@@ -182,13 +182,16 @@ class DriveClient:
                 return items
 
     def children(self, parent_id: str, *, title: str | None = None, folders: bool | None = None) -> list[dict]:
-        """Non-trashed children, oldest first (createdDate, then id: deterministic)."""
+        """Non-trashed children, oldest first (createdDate, then id: deterministic); ``title``: exactly that
+        name, case included."""
         q = f"'{_q(parent_id)}' in parents and trashed = false"
         if title is not None:
             q += f" and title = '{_q(title)}'"
         if folders is not None:
             q += f" and mimeType {'=' if folders else '!='} '{FOLDER_MIME}'"
         items = self.list(q, f"listing folder {parent_id}")
+        if title is not None:   # Drive's `title =` ignores case ('runs' finds "Runs"): names are case-sensitive here
+            items = [i for i in items if i.get("title") == title]
         return sorted(items, key=lambda f: (f.get("createdDate", ""), f["id"]))
 
     def pick(self, items: list[dict], where: str) -> dict | None:

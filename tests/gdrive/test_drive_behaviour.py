@@ -106,3 +106,19 @@ def test_a_checkpoint_whose_manifest_lists_a_path_outside_it_is_not_restored(gdr
     assert not list(tmp_path.rglob("outside.bin"))
     with pytest.raises(m.ManifestError, match="outside"):
         m.loads(m.dumps(m.build(step=9, epoch=None, batch=None, files=files)))
+
+
+# -- 8. Drive's `title =` ignores case; colabkit's names do not ---------------------------------------------
+def test_names_are_matched_case_sensitively_after_drives_case_blind_match(gdrive, tmp_path):
+    state = gdrive.state
+    other = state.add("Runs", mime=FOLDER)["id"]
+    state.add("a", other, mime=FOLDER)
+    with colabkit.Checkpoints("gdrive://runs/a", local_dir=tmp_path / "local") as ckpt:
+        ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    runs = [m for m in state.children(ROOT_ID) if m["title"].lower() == "runs"]
+    assert sorted(m["title"] for m in runs) == ["Runs", "runs"]
+    assert [m["title"] for m in state.children(state.find("Runs/a")["id"])] == []   # "Runs" untouched
+    assert [m["title"] for m in state.children(state.find("runs/a")["id"])][0].startswith("ckpt-")
+    dataset(gdrive, "data/Set", {"x.bin": b"x"})
+    with pytest.raises(FileNotFoundError, match="gdrive://data/set"):
+        colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)

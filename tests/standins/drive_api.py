@@ -6,7 +6,8 @@ One threaded HTTP server on 127.0.0.1 speaks:
   here), ``authorization_code`` and ``refresh_token`` grants (OAuth clients). Revoked clients get the real
   ``400 invalid_grant`` answer.
 * Drive v2 (``/drive/v2/...``, reached through googleapiclient's ``api_endpoint`` client option):
-  ``files.list`` with a ``q`` subset (``'<id>' in parents``, ``title = '...'``, ``mimeType = / != '...'``,
+  ``files.list`` with a ``q`` subset (``'<id>' in parents``, ``title = '...'`` (case-insensitive, as on
+  Drive), ``mimeType = / != '...'``,
   ``trashed = false|true`` joined by ``and``), paging (``maxResults``/``pageToken``, opaque tokens; at most
   1000 items a page, ``server.page_cap`` lowers that; ``server.short_pages`` sends short and empty pages with a
   ``nextPageToken`` before the end, as Drive may; ``server.pages_served`` counts answers); ``files.get`` (metadata,
@@ -198,6 +199,9 @@ def parse_q(q: str):
         elif field == "trashed":
             want = (boolean or text) == "true"
             tests.append(lambda f, want=want, op=op: (f["labels"]["trashed"] == want) == (op == "="))
+        elif field == "title":   # Drive compares names without regard to case: 'runs' finds "Runs"
+            value = _unquote(text).casefold()
+            tests.append(lambda f, value=value, op=op: (f["title"].casefold() == value) == (op == "="))
         else:
             value = _unquote(text)
             tests.append(lambda f, field=field, value=value, op=op: (f[field] == value) == (op == "="))
