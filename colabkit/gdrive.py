@@ -28,6 +28,7 @@ from .optional import require
 log = logging.getLogger("colabkit")
 
 FOLDER_MIME = "application/vnd.google-apps.folder"
+SHORTCUT_MIME = "application/vnd.google-apps.shortcut"
 SCOPES = ["https://www.googleapis.com/auth/drive"]
 PAGE_SIZE = 1000                # files.list maxResults: Drive's largest page (it may send shorter ones)
 CHUNK = 8 << 20                 # resumable upload chunk (a multiple of 256 KiB)
@@ -211,11 +212,36 @@ class DriveClient:
         retrying(lambda: f.FetchMetadata(), f"reading Drive item {file_id}")
         return dict(f)
 
+    def resolve(self, item: dict, where: str) -> dict | None:
+        """A shortcut's target (its metadata under the shortcut's name); any other item as it is. None, with
+        a warning, when the target is gone, trashed or not visible to this account."""
+        if item.get("mimeType") != SHORTCUT_MIME:
+            return item
+        target_id = (item.get("shortcutDetails") or {}).get("targetId")
+        target = None
+        if target_id:
+            try:
+                target = self.get(target_id)
+            except DriveNotFound:
+                target = None
+        if target is None or (target.get("labels") or {}).get("trashed"):
+            log.warning("colabkit: the shortcut %s/%s (Drive id %s) points to an item that is gone or not shared "
+                        "with %s; skipped", where, item.get("title"), item.get("id"), self.whoami())
+            return None
+        return {**target, "title": item["title"], "shortcutId": item["id"]}
+
     def folder(self, path: str, *, create: bool, root: str = "root") -> str | None:
-        """The id of a folder path below ``root``; None when missing and not ``create``."""
+        """The id of a folder path below ``root``; None when missing and not ``create``. A shortcut to a
+        folder (how a folder someone shared shows in My Drive) stands for that folder."""
         parent, where = root, "My Drive" if root == "root" else root
         for part in [p for p in path.split("/") if p]:
-            found = self.pick(self.children(parent, title=part, folders=True), where)
+            found = self.pick([i for i in self.children(parent, title=part) if _is_folder_like(i)], where)
+            if found is not None and found.get("mimeType") == SHORTCUT_MIME:
+                target = self.resolve(found, where)
+                if target is None or target.get("mimeType") != FOLDER_MIME:
+                    raise DriveNotFound(f"{where}/{part} on Google Drive is a shortcut to a folder that is gone or "
+                                        f"not shared with {self.whoami()}; remove the shortcut or ask for access.")
+                found = target
             if found is None:
                 if not create:
                     return None
@@ -277,11 +303,14 @@ class DriveClient:
         self.download(file_id, buf, what=what)
         return buf.getvalue()
 
-    def walk(self, folder_id: str, prefix: str = "", *, where: str | None = None) -> dict[str, dict]:
+    def walk(self, folder_id: str, prefix: str = "", *, where: str | None = None, _seen=None) -> dict[str, dict]:
         """rel path -> newest file metadata, for every file below a folder. Items whose Drive name is not a
-        safe local file name (see unsafe_name) are left out, each with a warning naming it."""
+        safe local file name (see unsafe_name) are left out, each with a warning naming it. Shortcuts stand
+        for their targets (a folder's files, or a file's bytes under the shortcut's name); a shortcut back to
+        a folder already being walked is skipped."""
         found: dict[str, list] = {}
         where = where or f"Drive folder {folder_id}"
+        seen = (_seen or set()) | {folder_id}
         for item in self.children(folder_id):
             why = unsafe_name(item["title"])
             if why:
@@ -290,12 +319,24 @@ class DriveClient:
                             item["title"], item["id"], why)
                 continue
             rel = f"{prefix}{item['title']}"
+            item = self.resolve(item, f"{where}/{prefix}".rstrip("/"))
+            if item is None:
+                continue
             if item.get("mimeType") == FOLDER_MIME:
-                for sub_rel, sub in self.walk(item["id"], rel + "/", where=where).items():
+                if item["id"] in seen:
+                    log.warning("colabkit: skipped the shortcut %s/%s: it points back to a folder above it",
+                                where, rel)
+                    continue
+                for sub_rel, sub in self.walk(item["id"], rel + "/", where=where, _seen=seen).items():
                     found.setdefault(sub_rel, []).append(sub)
             else:
                 found.setdefault(rel, []).append(item)
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}
+
+
+def _is_folder_like(item: dict) -> bool:
+    return item.get("mimeType") == FOLDER_MIME or (
+        item.get("mimeType") == SHORTCUT_MIME and (item.get("shortcutDetails") or {}).get("targetMimeType") == FOLDER_MIME)
 
 
 def unsafe_name(title) -> str | None:

@@ -149,6 +149,8 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
     parent_path, _, last = folder.strip("/").rpartition("/")
     parent = client.folder(parent_path, create=False) if parent_path else "root"
     item = client.pick(client.children(parent, title=last), f"gdrive://{parent_path}") if parent else None
+    if item is not None:                        # a shortcut (a folder or file shared with you) stands for its target
+        item = client.resolve(item, f"gdrive://{parent_path}")
     if item is None:
         raise FileNotFoundError(f"gdrive://{folder} does not exist on Google Drive (or is not visible to "
                                 f"{client.whoami()}).")

@@ -122,3 +122,41 @@ def test_names_are_matched_case_sensitively_after_drives_case_blind_match(gdrive
     dataset(gdrive, "data/Set", {"x.bin": b"x"})
     with pytest.raises(FileNotFoundError, match="gdrive://data/set"):
         colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+
+
+# -- 4. shortcuts --------------------------------------------------------------------------------------------
+def test_a_shortcut_to_a_shared_folder_is_used_not_shadowed_by_a_new_folder(gdrive, tmp_path):
+    state = gdrive.state
+    elsewhere = state.add("someone else's drive", parent="0AOTHERUSER", mime=FOLDER)["id"]   # not in My Drive
+    shared = state.add("team-runs", elsewhere, mime=FOLDER)["id"]
+    state.add_shortcut("runs", shared)                   # "Add shortcut to Drive": My Drive/runs -> team-runs
+    with colabkit.Checkpoints("gdrive://runs/a", local_dir=tmp_path / "local") as ckpt:
+        ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    assert [m["title"] for m in state.children(ROOT_ID)] == ["runs"]      # no folder made beside the shortcut
+    a = [m for m in state.children(shared) if m["title"] == "a"]
+    assert len(a) == 1 and [m["title"] for m in state.children(a[0]["id"])][0].startswith("ckpt-")
+    import shutil
+    shutil.rmtree(tmp_path / "local")
+    assert colabkit.Checkpoints("gdrive://runs/a", local_dir=tmp_path / "local").restore().step == 1
+
+
+def test_staging_follows_shortcuts_to_files_and_folders(gdrive, tmp_path, caplog):
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"own.bin": b"own"})
+    lib = state.add("library", parent="0AOTHERUSER", mime=FOLDER)["id"]
+    extra = state.add("extra", lib, mime=FOLDER)["id"]
+    state.add("e.bin", extra, data=b"extra")
+    big = state.add("big.bin", lib, data=b"big file")
+    state.add_shortcut("extra", extra, top)
+    state.add_shortcut("big-link.bin", big["id"], top)
+    state.add_shortcut("loop", top, top)                 # a shortcut back to the folder itself
+    gone = state.add("gone.bin", lib, data=b"")
+    state.add_shortcut("gone.bin", gone["id"], top)
+    state.delete(gone["id"])
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+    assert staged(out) == {"own.bin": b"own", "extra/e.bin": b"extra", "big-link.bin": b"big file"}
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "gdrive://data/set/loop" in text and "gdrive://data/set/gone.bin" in text
+    state.add_shortcut("linked", top, state.find("data")["id"])          # the dataset itself through a shortcut
+    assert staged(colabkit.stage("gdrive://data/linked", tmp_path / "out2", quiet=True)) == staged(out)

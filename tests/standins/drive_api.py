@@ -86,6 +86,10 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FOLDER = "application/vnd.google-apps.folder"
+GOOGLE_APPS = "application/vnd.google-apps."      # Google-native types: no binary content (alt=media refuses)
+SHORTCUT = "application/vnd.google-apps.shortcut"
+DOCUMENT = "application/vnd.google-apps.document"
+SPREADSHEET = "application/vnd.google-apps.spreadsheet"
 ROOT_ID = "0AROOTFOLDER" + "r" * 20
 FAULT_KINDS = ("500", "503", "drop", "drop-mid", "stale-list")
 
@@ -141,9 +145,18 @@ class DriveState:
                     "parents": [{"id": parent, "isRoot": parent == ROOT_ID}], "labels": {"trashed": False},
                     "createdDate": stamp, "modifiedDate": stamp, "_seq": next(self._clock)}
             self.files[fid] = meta
-            if mime != FOLDER:
+            if not mime.startswith(GOOGLE_APPS):      # Docs, Sheets, shortcuts, folders: no bytes, no size/md5
                 self.set_content(fid, data or b"")
             return self.public_meta(fid)
+
+    def add_shortcut(self, title: str, target: str, parent: str = ROOT_ID) -> dict:
+        """A shortcut (what "Add shortcut to Drive" on a shared folder makes): no content, its own id, and
+        ``shortcutDetails`` naming the target; the target's type is captured when the shortcut is made."""
+        with self.lock:
+            meta = self.add(title, parent, mime=SHORTCUT)
+            target_mime = self.files[target]["mimeType"] if target in self.files else "application/octet-stream"
+            self.files[meta["id"]]["shortcutDetails"] = {"targetId": target, "targetMimeType": target_mime}
+            return self.public_meta(meta["id"])
 
     def set_content(self, fid: str, data: bytes) -> None:
         self.content[fid] = data
@@ -597,8 +610,13 @@ class _Handler(BaseHTTPRequestHandler):
         parent = ROOT_ID if parent == "root" else parent
         if parent != ROOT_ID and parent not in state.files:
             return self._error(404, "notFound", f"File not found: {parent}")
-        created = state.add(meta.get("title") or "Untitled", parent,
-                            mime=meta.get("mimeType") or "application/octet-stream", data=data)
+        mime = meta.get("mimeType") or "application/octet-stream"
+        if mime == SHORTCUT:
+            target = (meta.get("shortcutDetails") or {}).get("targetId")
+            if target not in state.files:
+                return self._error(400, "shortcutTargetInvalid", "The shortcut target is invalid.")
+            return self._json(200, state.add_shortcut(meta.get("title") or "Untitled", target, parent))
+        created = state.add(meta.get("title") or "Untitled", parent, mime=mime, data=data)
         return self._json(200, created)
 
     def _upload(self, path: str, query: dict, body: bytes):
