@@ -29,6 +29,11 @@ log = logging.getLogger("colabkit")
 
 FOLDER_MIME = "application/vnd.google-apps.folder"
 SHORTCUT_MIME = "application/vnd.google-apps.shortcut"
+GOOGLE_APPS = "application/vnd.google-apps."    # Google-native types (Docs, Sheets, ...): no bytes to download
+_NATIVE = {GOOGLE_APPS + k: v for k, v in {
+    "document": "Google Docs document", "spreadsheet": "Google Sheets spreadsheet",
+    "presentation": "Google Slides presentation", "form": "Google Form", "drawing": "Google Drawing",
+    "script": "Apps Script project", "site": "Google Site", "jam": "Jamboard", "map": "My Maps map"}.items()}
 SCOPES = ["https://www.googleapis.com/auth/drive"]
 PAGE_SIZE = 1000                # files.list maxResults: Drive's largest page (it may send shorter ones)
 CHUNK = 8 << 20                 # resumable upload chunk (a multiple of 256 KiB)
@@ -329,6 +334,11 @@ class DriveClient:
                     continue
                 for sub_rel, sub in self.walk(item["id"], rel + "/", where=where, _seen=seen).items():
                     found.setdefault(sub_rel, []).append(sub)
+            elif str(item.get("mimeType", "")).startswith(GOOGLE_APPS):
+                kind = _NATIVE.get(item["mimeType"], item["mimeType"])
+                log.warning("colabkit: skipped %s/%s: it is a %s, which has no file to download (Drive answers "
+                            "fileNotDownloadable); download it from Drive as a file into the folder to include it",
+                            where, rel, kind)
             else:
                 found.setdefault(rel, []).append(item)
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}

@@ -160,3 +160,21 @@ def test_staging_follows_shortcuts_to_files_and_folders(gdrive, tmp_path, caplog
     assert "gdrive://data/set/loop" in text and "gdrive://data/set/gone.bin" in text
     state.add_shortcut("linked", top, state.find("data")["id"])          # the dataset itself through a shortcut
     assert staged(colabkit.stage("gdrive://data/linked", tmp_path / "out2", quiet=True)) == staged(out)
+
+
+# -- 7. Google-native files inside a dataset ---------------------------------------------------------------
+def test_google_docs_and_sheets_in_a_dataset_are_skipped_with_one_line_each(gdrive, tmp_path, caplog):
+    from drive_api import DOCUMENT, SPREADSHEET
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"a.bin": b"a", "sub/b.bin": b"b"})
+    state.add("README", top, mime=DOCUMENT)               # alt=media answers 403 fileNotDownloadable
+    state.add("labels", state.find("data/set/sub")["id"], mime=SPREADSHEET)
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+    assert staged(out) == {"a.bin": b"a", "sub/b.bin": b"b"}
+    lines = [r.getMessage() for r in caplog.records if "no file to download" in r.getMessage()]
+    assert len(lines) == 2
+    assert any("gdrive://data/set/README" in m and "Google Docs document" in m for m in lines)
+    assert any("gdrive://data/set/sub/labels" in m and "Google Sheets spreadsheet" in m for m in lines)
+    caplog.clear()                                        # a second stage is a cache hit: same entries
+    assert colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True) == out
