@@ -5,9 +5,9 @@ service-account key (JSON with ``"type": "service_account"``) or OAuth tokens sa
 ``colabkit drive login``. They are written with 0600 permissions and never printed.
 
 Every failure surfaces as an OSError subclass (DriveError), so the checkpoint uploader's retry path applies.
-Transient answers (5xx, 429, 403 rateLimitExceeded/userRateLimitExceeded, dropped connections) are retried
-with exponential back-off; large uploads use Drive's resumable protocol and continue from the last byte
-the server acknowledged. pydrive2 is imported on first use only.
+Transient answers (5xx, 429, 403 rateLimitExceeded/userRateLimitExceeded, dropped connections, a request
+unanswered for TIMEOUT_S) are retried with exponential back-off; large uploads use Drive's resumable
+protocol and continue from the last byte the server acknowledged. pydrive2 is imported on first use only.
 
 ``COLABKIT_DRIVE_API_ROOT`` points the client at a Drive-compatible endpoint (the test suite's local server).
 """
@@ -37,6 +37,7 @@ _NATIVE = {GOOGLE_APPS + k: v for k, v in {
 SCOPES = ["https://www.googleapis.com/auth/drive"]
 PAGE_SIZE = 1000                # files.list maxResults: Drive's largest page (it may send shorter ones)
 CHUNK = 8 << 20                 # resumable upload chunk (a multiple of 256 KiB)
+TIMEOUT_S = 60.0                # every Drive request: a socket that stays silent this long fails (and is retried)
 TRIES = 6                       # attempts per request before giving up (the uploader retries again later)
 BACKOFF_START, BACKOFF_MAX = 0.5, 16.0
 _RETRY_REASONS = {"rateLimitExceeded", "userRateLimitExceeded", "backendError", "internalError"}
@@ -404,7 +405,8 @@ def _load_credentials(path: Path):
         raise DriveAuthError(f"{path} is not a Google credentials JSON file; run `colabkit drive login`.") from None
     if kind == "service_account":
         gauth = GoogleAuth(settings={"client_config_backend": "service", "oauth_scope": SCOPES,
-                                     "service_config": {"client_json_dict": data, "client_user_email": None}})
+                                     "service_config": {"client_json_dict": data, "client_user_email": None}},
+                           http_timeout=TIMEOUT_S)
         try:
             gauth.ServiceAuth()
         except Exception as exc:  # noqa: BLE001 - malformed keys raise many kinds
@@ -418,7 +420,8 @@ def _load_credentials(path: Path):
             raise DriveAuthError(f"{path} does not hold saved Drive credentials; run `colabkit drive login`.") from None
         gauth = GoogleAuth(settings={"client_config_backend": "settings", "oauth_scope": SCOPES,
                                      "client_config": {"client_id": getattr(creds, "client_id", ""),
-                                                       "client_secret": getattr(creds, "client_secret", "")}})
+                                                       "client_secret": getattr(creds, "client_secret", "")}},
+                           http_timeout=TIMEOUT_S)
         gauth.credentials = creds
     return gauth, kind
 
@@ -488,7 +491,7 @@ def login(*, service_account=None, client_secrets=None, code_input=input, out=pr
         if not src.is_file():
             raise FileNotFoundError(f"The OAuth client file {src} does not exist.")
         gauth = GoogleAuth(settings={"client_config_backend": "file", "client_config_file": str(src),
-                                     "oauth_scope": SCOPES, "get_refresh_token": True})
+                                     "oauth_scope": SCOPES, "get_refresh_token": True}, http_timeout=TIMEOUT_S)
         try:
             gauth.GetFlow()
         except Exception as exc:  # noqa: BLE001

@@ -28,6 +28,8 @@ _ID = r"[-\w]{10,}"
 _FOLDER_PATHS = (rf"^/drive/(?:u/\d+/)?folders/({_ID})/?$", r"^/embeddedfolderview$")
 _FILE_PATHS = (rf"^/file/(?:u/\d+/)?d/({_ID})(?:/(?:view|edit|preview))?/?$", r"^/(?:uc|open|download)$")
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+TIMEOUT_S = 60.0   # a share-link request whose server stays silent this long fails (gdown's timeout)
+RETRIES = 3        # and is tried again this many times (gdown's retries: timeouts and dropped connections)
 _SAFE_CHECKPOINT_FILE = re.compile(r"^(arrays\.npz|state\.json|tf/ckpt\.index|tf/ckpt\.data-\d{5}-of-\d{5})$")
 
 
@@ -74,14 +76,17 @@ def _download(kind: str, file_id: str, into: Path, *, quiet: bool) -> Path:
     except ImportError:  # older gdown
         DownloadError = FileURLRetrievalError
     what = f"shared {kind} {file_id}"
+    import inspect
+    accepted = inspect.signature(gdown.download).parameters
+    extra = {k: v for k, v in (("timeout", TIMEOUT_S), ("retries", RETRIES)) if k in accepted}
     try:
         if kind == "folder":
             target = into / "folder"
-            files = gdown.download_folder(id=file_id, output=str(target), quiet=quiet)
+            files = gdown.download_folder(id=file_id, output=str(target), quiet=quiet, **extra)
             if files is None:
                 raise LinkError(f"Google Drive would not list the {what}")
             return target
-        out = gdown.download(id=file_id, output=str(into) + os.sep, quiet=quiet)
+        out = gdown.download(id=file_id, output=str(into) + os.sep, quiet=quiet, **extra)
         if not out:
             raise LinkError(f"Google Drive returned nothing for the {what}")
         return Path(out)

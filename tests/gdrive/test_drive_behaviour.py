@@ -178,3 +178,54 @@ def test_google_docs_and_sheets_in_a_dataset_are_skipped_with_one_line_each(gdri
     assert any("gdrive://data/set/sub/labels" in m and "Google Sheets spreadsheet" in m for m in lines)
     caplog.clear()                                        # a second stage is a cache hit: same entries
     assert colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True) == out
+
+
+# -- 6. timeouts ---------------------------------------------------------------------------------------------
+def finishes(fn, within=30.0):
+    """fn()'s result, asserting it returns within ``within`` seconds (a call that hangs fails the test, not CI)."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            box["error"] = exc
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(within)
+    assert not t.is_alive(), f"still waiting after {within} s: a request without a timeout"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_a_drive_request_that_is_never_answered_times_out_and_is_retried(gdrive, tmp_path, monkeypatch):
+    monkeypatch.setattr(g, "TIMEOUT_S", 0.5, raising=False)
+    dataset(gdrive, "data/set", {"a.bin": b"a" * 1000, "b.bin": b"b"})
+    g.connect()
+    gdrive.stall(method="GET", path="/drive/v2/files", times=1)          # a listing: half-open connection
+    out = finishes(lambda: colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True))
+    assert staged(out) == {"a.bin": b"a" * 1000, "b.bin": b"b"} and gdrive.stalled
+    gdrive.stall(method="PUT", path="/upload", times=1)                  # an upload chunk
+    gdrive.stall(method="GET", path="/drive/v2/files/", times=1)         # a download
+
+    def cycle():
+        with colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local") as ckpt:
+            assert ckpt.save(1, {"w": np.ones(3)}, wait=20)
+        import shutil
+        shutil.rmtree(tmp_path / "local")
+        return colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local").restore()
+    assert finishes(cycle, 60).step == 1
+    assert len(gdrive.stalled) == 3
+
+
+def test_a_share_link_that_is_never_answered_times_out_and_is_retried(tmp_path, links, monkeypatch):
+    from colabkit import links as L
+    monkeypatch.setattr(L, "TIMEOUT_S", 0.5, raising=False)
+    src = tmp_path / "w.bin"
+    src.write_bytes(b"weights")
+    file_id = links.file(src)
+    links.server.stall(path="/uc", times=1)
+    out = finishes(lambda: L.fetch(f"https://drive.google.com/file/d/{file_id}/view", tmp_path / "got", quiet=True))
+    assert out.read_bytes() == b"weights" and links.server.stalled

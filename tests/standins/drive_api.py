@@ -91,7 +91,7 @@ SHORTCUT = "application/vnd.google-apps.shortcut"
 DOCUMENT = "application/vnd.google-apps.document"
 SPREADSHEET = "application/vnd.google-apps.spreadsheet"
 ROOT_ID = "0AROOTFOLDER" + "r" * 20
-FAULT_KINDS = ("500", "503", "drop", "drop-mid", "stale-list")
+FAULT_KINDS = ("500", "503", "drop", "drop-mid", "stale-list", "hang")
 
 
 def _now() -> str:
@@ -247,6 +247,9 @@ class DriveServer(ThreadingHTTPServer):
         self.injected: list[tuple] = []              # armed faults that fired: (n, kind, method, path[, what])
         self.abandoned: list[tuple] = []             # (n or None, method, path) of requests whose body never came
         self._armed: dict | None = None              # {"k", "kind", "from": bool}
+        self.stalls: list[dict] = []     # stall(): requests read and never answered
+        self.stalled: list[tuple[str, str]] = []
+        self._stopping = threading.Event()
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property
@@ -258,6 +261,7 @@ class DriveServer(ThreadingHTTPServer):
         return self
 
     def stop(self):
+        self._stopping.set()            # stalled requests end (their connections close unanswered)
         self.shutdown()
         self.server_close()
 
@@ -266,6 +270,24 @@ class DriveServer(ThreadingHTTPServer):
         reason = reason or {403: "rateLimitExceeded", 429: "rateLimitExceeded"}.get(status, "backendError")
         with self._lock:
             self.faults.append({"status": status, "method": method, "path": path, "reason": reason, "times": times})
+
+    def stall(self, *, method: str | None = None, path: str | None = None, times: int = 1) -> None:
+        """The next ``times`` matching requests (any path, shared-link pages included: ``path`` is a substring)
+        are read and never answered, as a half-open connection or a hung front end: the client waits until
+        its own timeout. The connection closes when the server stops."""
+        with self._lock:
+            self.stalls.append({"method": method, "path": path, "times": times})
+
+    def take_stall(self, method: str, path: str) -> bool:
+        with self._lock:
+            for stall in self.stalls:
+                if stall["method"] in (None, method) and (stall["path"] is None or stall["path"] in path):
+                    stall["times"] -= 1
+                    if stall["times"] <= 0:
+                        self.stalls.remove(stall)
+                    self.stalled.append((method, path))
+                    return True
+        return False
 
     def take_fault(self, method: str, path: str):
         with self._lock:
@@ -385,6 +407,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.abandoned.append((n if n else None, self.command, path))
             if kind is not None:
                 self.server.injected.append((n, kind, self.command, path, "body incomplete: no answer anyway"))
+            self.close_connection = True
+            return None
+        if kind == "hang" or self.server.take_stall(self.command, path):
+            if kind == "hang":
+                self.server.injected.append((n, kind, self.command, path))
+            self.server._stopping.wait()               # never answers; closed when the server stops
             self.close_connection = True
             return None
         if kind in ("500", "503"):
