@@ -207,6 +207,9 @@ def test_a_drive_request_that_is_never_answered_times_out_and_is_retried(gdrive,
     gdrive.stall(method="GET", path="/drive/v2/files", times=1)          # a listing: half-open connection
     out = finishes(lambda: colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True))
     assert staged(out) == {"a.bin": b"a" * 1000, "b.bin": b"b"} and gdrive.stalled
+    gdrive.arm(1, "hang")                                                # the campaign's form: the k-th request
+    assert len(finishes(lambda: g.connect().children(gdrive.state.find("data/set")["id"]))) == 2
+    assert [i[1] for i in gdrive.injected] == ["hang"]
     gdrive.stall(method="PUT", path="/upload", times=1)                  # an upload chunk
     gdrive.stall(method="GET", path="/drive/v2/files/", times=1)         # a download
 
