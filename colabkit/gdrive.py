@@ -39,8 +39,13 @@ PAGE_SIZE = 1000                # files.list maxResults: Drive's largest page (i
 CHUNK = 8 << 20                 # resumable upload chunk (a multiple of 256 KiB)
 TIMEOUT_S = 60.0                # every Drive request: a socket that stays silent this long fails (and is retried)
 TRIES = 6                       # attempts per request before giving up (the uploader retries again later)
-BACKOFF_START, BACKOFF_MAX = 0.5, 16.0
-_RETRY_REASONS = {"rateLimitExceeded", "userRateLimitExceeded", "backendError", "internalError"}
+BACKOFF_START, BACKOFF_MAX = 0.5, 32.0
+# Drive's quotas are counted per minute (queries per minute per user and per project): a rate-limit answer
+# (429, 403 rateLimitExceeded/userRateLimitExceeded) is retried, with jittered exponential back-off, for as
+# long as this window even past TRIES attempts, so that many threads sharing one quota all get through
+RATE_WINDOW_S = 150.0
+_RATE_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
+_RETRY_REASONS = _RATE_REASONS | {"backendError", "internalError"}
 
 
 class DriveError(OSError):
@@ -116,7 +121,9 @@ def _classify(exc, what: str) -> tuple[bool, OSError]:
                                         f"is not shared with this account.")
         retry = status is not None and (status >= 500 or status == 429 or
                                         (status == 403 and reason in _RETRY_REASONS))
-        return retry, DriveError(f"Google Drive answered {status} {reason} while {what}")
+        error = DriveError(f"Google Drive answered {status} {reason} while {what}")
+        error.rate_limited = status == 429 or (status == 403 and reason in _RATE_REASONS)
+        return retry, error
     import http.client
     # IncompleteRead (a connection dropped mid-answer) is an HTTPException, neither an OSError nor httplib2's
     if isinstance(exc, (httplib2.HttpLib2Error, http.client.HTTPException, ConnectionError, TimeoutError)):
@@ -128,19 +135,33 @@ def _classify(exc, what: str) -> tuple[bool, OSError]:
     raise exc
 
 
-def retrying(fn, what: str):
-    """Call ``fn()`` with retries on transient Drive errors; raises DriveError (an OSError) otherwise."""
+def retrying(fn, what: str, *, already=None):
+    """Call ``fn()`` with retries on transient Drive errors; raises DriveError (an OSError) otherwise.
+
+    Up to TRIES attempts; rate-limit answers are retried for RATE_WINDOW_S seconds however many attempts
+    that takes. Back-off doubles from BACKOFF_START to BACKOFF_MAX, each wait jittered (half to all of it) so
+    threads that failed together do not retry together. ``already``: for a request that is not idempotent (a
+    create): called before each retry, and its answer, when not None, is returned instead of trying again
+    (the failed attempt may have been applied, its answer lost)."""
     delay = BACKOFF_START
-    for attempt in range(1, TRIES + 1):
+    start = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - classified below
             retry, error = _classify(exc, what)
-            if not retry or attempt == TRIES:
+            in_window = getattr(error, "rate_limited", False) and time.monotonic() - start < RATE_WINDOW_S
+            if not retry or (attempt >= TRIES and not in_window):
                 raise error from exc
             log.debug("colabkit: %s; retrying in %.1fs", error, delay)
-            time.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(delay * 2, BACKOFF_MAX)
+        time.sleep(delay * (0.5 + random.random() / 2))
+        delay = min(delay * 2, BACKOFF_MAX)
+        if already is not None:
+            found = already()
+            if found is not None:
+                return found
 
 
 class DriveClient:
@@ -256,9 +277,19 @@ class DriveClient:
         return parent
 
     def mkdir(self, parent_id: str, title: str) -> dict:
-        f = self.drive.CreateFile({"title": title, "mimeType": FOLDER_MIME, "parents": [{"id": parent_id}]})
-        retrying(lambda: f.Upload(), f"creating folder {title!r}")
-        return dict(f)
+        """A new folder. A create is not idempotent: after a failed attempt (whose answer may be all that was
+        lost) the folder is looked for before it is made again, so a retry does not make a second one."""
+        def create():
+            f = self.drive.CreateFile({"title": title, "mimeType": FOLDER_MIME, "parents": [{"id": parent_id}]})
+            f.Upload()
+            return dict(f)
+
+        def made():
+            try:
+                return self.pick(self.children(parent_id, title=title, folders=True), f"Drive folder {parent_id}")
+            except DriveError:
+                return None
+        return retrying(create, f"creating folder {title!r}", already=made)
 
     def delete(self, file_id: str) -> None:
         f = self.drive.CreateFile({"id": file_id})

@@ -232,3 +232,27 @@ def test_a_share_link_that_is_never_answered_times_out_and_is_retried(tmp_path, 
     links.server.stall(path="/uc", times=1)
     out = finishes(lambda: L.fetch(f"https://drive.google.com/file/d/{file_id}/view", tmp_path / "got", quiet=True))
     assert out.read_bytes() == b"weights" and links.server.stalled
+
+
+# -- 10. quotas per minute, idempotent creates ---------------------------------------------------------------
+def test_sixteen_staging_threads_share_a_per_minute_quota_and_all_get_through(gdrive, tmp_path, monkeypatch):
+    monkeypatch.setattr(g, "RATE_WINDOW_S", 20.0, raising=False)    # Drive's window is a minute; 2 s here
+    files = {f"{i:02d}.bin": os.urandom(50) for i in range(40)}
+    dataset(gdrive, "data/set", files)
+    g.connect()
+    gdrive.quota(12, per_s=2.0)                # far fewer requests a window than 16 threads make
+    out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True, workers=16)
+    assert staged(out) == files
+    assert gdrive.rate_limited > 16, "the quota was hit, and waited out"
+
+
+def test_a_folder_create_whose_answer_is_lost_is_not_made_twice(gdrive, tmp_path):
+    client = g.connect()
+    for k, n in ((1, 2), (2, 3)):   # the n-th request is the create (of "runs", then of "x2"): applied, answer cut
+        gdrive.arm(n, "drop-mid")
+        made = client.folder(f"runs/x{k}", create=True)
+        assert gdrive.injected[-1][1:3] == ("drop-mid", "POST")
+        titles = [m["title"] for m in gdrive.state.children(ROOT_ID)]
+        assert titles.count("runs") == 1, titles
+        inside = [m for m in gdrive.state.children(gdrive.state.find("runs")["id"])]
+        assert [m["title"] for m in inside].count(f"x{k}") == 1 and made == gdrive.state.find(f"runs/x{k}")["id"]

@@ -248,6 +248,10 @@ class DriveServer(ThreadingHTTPServer):
         self.injected: list[tuple] = []              # armed faults that fired: (n, kind, method, path[, what])
         self.abandoned: list[tuple] = []             # (n or None, method, path) of requests whose body never came
         self._armed: dict | None = None              # {"k", "kind", "from": bool}
+        self.quota_requests: int | None = None   # quota(): Drive API requests allowed per quota_window_s
+        self.quota_window_s = 60.0
+        self._quota_times: list[float] = []
+        self.rate_limited = 0                     # requests answered 403 userRateLimitExceeded by the quota
         self.stalls: list[dict] = []     # stall(): requests read and never answered
         self.stalled: list[tuple[str, str]] = []
         self._stopping = threading.Event()
@@ -271,6 +275,26 @@ class DriveServer(ThreadingHTTPServer):
         reason = reason or {403: "rateLimitExceeded", 429: "rateLimitExceeded"}.get(status, "backendError")
         with self._lock:
             self.faults.append({"status": status, "method": method, "path": path, "reason": reason, "times": times})
+
+    def quota(self, requests: int | None, per_s: float = 60.0) -> None:
+        """Drive's per-user quota: at most ``requests`` Drive API requests in any ``per_s`` seconds (Drive's
+        window is a minute); the others get 403 ``userRateLimitExceeded`` and are not counted. None: no quota."""
+        with self._lock:
+            self.quota_requests, self.quota_window_s, self._quota_times = requests, per_s, []
+
+    def take_quota(self) -> bool:
+        """True when this request fits in the quota (and is counted against it)."""
+        import time
+        with self._lock:
+            if self.quota_requests is None:
+                return True
+            now = time.monotonic()
+            self._quota_times = [t for t in self._quota_times if now - t < self.quota_window_s]
+            if len(self._quota_times) >= self.quota_requests:
+                self.rate_limited += 1
+                return False
+            self._quota_times.append(now)
+            return True
 
     def stall(self, *, method: str | None = None, path: str | None = None, times: int = 1) -> None:
         """The next ``times`` matching requests (any path, shared-link pages included: ``path`` is a substring)
@@ -458,6 +482,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path in ("/uc", "/embeddedfolderview"):
             return self._shared(path, query)
         if path.startswith(("/drive/v2/", "/upload/drive/v2/")):
+            if not self.server.take_quota():
+                return self._error(403, "userRateLimitExceeded", "User Rate Limit Exceeded")
             fault = self.server.take_fault(self.command, path)
             if fault:
                 return self._error(fault["status"], fault["reason"], f"injected {fault['status']}")
