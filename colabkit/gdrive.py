@@ -44,6 +44,10 @@ BACKOFF_START, BACKOFF_MAX = 0.5, 32.0
 # (429, 403 rateLimitExceeded/userRateLimitExceeded) is retried, with jittered exponential back-off, for as
 # long as this window even past TRIES attempts, so that many threads sharing one quota all get through
 RATE_WINDOW_S = 150.0
+# Drive's listings lag behind creates: two processes can each miss the other's new folder and make their own.
+# After making a folder of a path, colabkit looks again this much later; of same-named twins, the oldest is
+# kept by everyone and the newer, still empty ones are removed (0: no second look)
+CREATE_CHECK_S = 2.0
 _RATE_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
 _RETRY_REASONS = _RATE_REASONS | {"backendError", "internalError"}
 
@@ -272,9 +276,25 @@ class DriveClient:
             if found is None:
                 if not create:
                     return None
-                found = self.mkdir(parent, part)
+                found = self._settle(parent, part, self.mkdir(parent, part), where)
             parent, where = found["id"], f"{where}/{part}"
         return parent
+
+    def _settle(self, parent_id: str, title: str, mine: dict, where: str) -> dict:
+        """After making the folder ``mine``: when another process made a same-named one first (a lagging listing
+        hid it from both), use the oldest and remove ours while it is still empty."""
+        if CREATE_CHECK_S <= 0:
+            return mine
+        time.sleep(CREATE_CHECK_S)
+        twins = [i for i in self.children(parent_id, title=title, folders=True)]
+        if not twins or twins[0]["id"] == mine["id"] or mine["id"] not in {t["id"] for t in twins}:
+            return mine
+        first = twins[0]
+        if not self.children(mine["id"]):
+            self.delete(mine["id"])
+        log.info("colabkit: %s/%s was made at the same time by another process; using the first one (%s)",
+                 where, title, first["id"])
+        return first
 
     def mkdir(self, parent_id: str, title: str) -> dict:
         """A new folder. A create is not idempotent: after a failed attempt (whose answer may be all that was

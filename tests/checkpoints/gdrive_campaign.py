@@ -92,7 +92,7 @@ def _service_account_key(url: str) -> dict:
 def _quick_retries() -> None:
     import colabkit.gdrive as g
     from colabkit.checkpoints import uploader
-    g.BACKOFF_START, g.BACKOFF_MAX = 0.005, 0.02
+    g.BACKOFF_START, g.BACKOFF_MAX, g.CREATE_CHECK_S = 0.005, 0.02, 0.01
     uploader.BACKOFF_START, uploader.BACKOFF_MAX = 0.005, 0.05
 
 

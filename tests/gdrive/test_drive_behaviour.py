@@ -256,3 +256,40 @@ def test_a_folder_create_whose_answer_is_lost_is_not_made_twice(gdrive, tmp_path
         assert titles.count("runs") == 1, titles
         inside = [m for m in gdrive.state.children(gdrive.state.find("runs")["id"])]
         assert [m["title"] for m in inside].count(f"x{k}") == 1 and made == gdrive.state.find(f"runs/x{k}")["id"]
+
+
+# -- 9. listings lag behind creates ---------------------------------------------------------------------------
+def test_two_processes_creating_one_folder_path_under_a_lagging_listing_end_with_one(gdrive, monkeypatch):
+    import threading
+    monkeypatch.setattr(g, "CREATE_CHECK_S", 1.0, raising=False)
+    gdrive.listing_lag_s = 0.5                     # a new item is missing from listings for half a second
+    clients = [g.connect(), g.connect(fresh=True)]
+    got, barrier = [None, None], threading.Barrier(2)
+
+    def make(i):
+        barrier.wait()
+        got[i] = clients[i].folder("runs/shared", create=True)
+    threads = [threading.Thread(target=make, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    state = gdrive.state
+    runs = [m for m in state.children(ROOT_ID) if m["title"] == "runs"]
+    assert len(runs) == 1, "no twin folder is left"
+    assert [m["title"] for m in state.children(runs[0]["id"])] == ["shared"]
+    assert got[0] == got[1] == state.find("runs/shared")["id"]
+
+
+def test_pruning_under_a_lagging_listing_never_deletes_a_just_uploaded_checkpoint(gdrive, tmp_path):
+    gdrive.listing_lag_s = 1.0                     # manifests (and folders) show in listings a second late
+    with colabkit.Checkpoints("gdrive://runs/lag", local_dir=tmp_path / "local", keep=2) as ckpt:
+        for step in range(1, 6):
+            assert ckpt.save(step, {"w": np.full(3, step)}, wait=20)
+    import time
+    time.sleep(1.1)
+    steps = [c.step for c in DriveApiFolder("runs/lag", g.connect(fresh=True)).committed()]
+    assert steps[-2:] == [4, 5] and 5 in steps
+    import shutil
+    shutil.rmtree(tmp_path / "local")
+    assert colabkit.Checkpoints("gdrive://runs/lag", local_dir=tmp_path / "local").restore().step == 5

@@ -82,6 +82,7 @@ import json
 import re
 import secrets
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -144,7 +145,8 @@ class DriveState:
             stamp = _now()
             meta = {"kind": "drive#file", "id": fid, "title": title, "mimeType": mime,
                     "parents": [{"id": parent, "isRoot": parent == ROOT_ID}], "labels": {"trashed": False},
-                    "createdDate": stamp, "modifiedDate": stamp, "_seq": next(self._clock)}
+                    "createdDate": stamp, "modifiedDate": stamp, "_seq": next(self._clock),
+                    "_t": time.monotonic()}
             self.files[fid] = meta
             if not mime.startswith(GOOGLE_APPS):      # Docs, Sheets, shortcuts, folders: no bytes, no size/md5
                 self.set_content(fid, data or b"")
@@ -248,6 +250,7 @@ class DriveServer(ThreadingHTTPServer):
         self.injected: list[tuple] = []              # armed faults that fired: (n, kind, method, path[, what])
         self.abandoned: list[tuple] = []             # (n or None, method, path) of requests whose body never came
         self._armed: dict | None = None              # {"k", "kind", "from": bool}
+        self.listing_lag_s = 0.0        # files.list leaves out items created less than this long ago (files.get sees them)
         self.quota_requests: int | None = None   # quota(): Drive API requests allowed per quota_window_s
         self.quota_window_s = 60.0
         self._quota_times: list[float] = []
@@ -609,7 +612,9 @@ class _Handler(BaseHTTPRequestHandler):
             match = parse_q(query.get("q", ""))
         except ValueError as exc:
             return self._error(400, "invalid", f"Invalid query: {exc}")
-        items = sorted((m for m in state.files.values() if match(m)), key=lambda m: m["_seq"])
+        lag, now = self.server.listing_lag_s, time.monotonic()
+        items = sorted((m for m in state.files.values() if match(m) and now - m["_t"] >= lag),
+                       key=lambda m: m["_seq"])   # items younger than listing_lag_s are not listed yet
         if self._stale is not None:          # an armed "stale-list": the newest match is not listed yet
             n, self._stale = self._stale, None
             omitted = items.pop()["id"] if items else None
