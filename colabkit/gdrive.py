@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -64,6 +65,17 @@ class DriveNotFound(DriveError, FileNotFoundError):
     """A Drive file or folder (by id or path) does not exist or is not visible to this account."""
 
 
+class DriveStorageFull(DriveError):
+    """Drive refused to store a file (403 storageQuotaExceeded): the account has no storage of its own (every
+    service account) or its storage is full. Not transient: retrying does not help."""
+
+
+NO_STORAGE_HELP = ("A service account has no Drive storage of its own: it can write only into a shared drive it is a "
+                   "member of (gdrive://shared:<drive name>/<path>, or gdrive://<folder id>/<path> for a folder in "
+                   "one). Add the service account to a shared drive as Content manager, or sign in as yourself "
+                   "with `colabkit drive login --client-secrets client_secrets.json`.")
+
+
 def credentials_path(settings: _config.Settings | None = None) -> Path:
     settings = settings or _config.load()
     if settings.drive_credentials != _config.AUTO:
@@ -103,6 +115,14 @@ def _status_reason(exc) -> tuple[int | None, str]:
     return (int(status) if status is not None else None), reason
 
 
+def _error_message(exc) -> str:
+    try:
+        return json.loads(getattr(exc, "content", b"") or b"{}").get("error", {}).get("message", "")
+    except (ValueError, AttributeError):
+        inner = exc.args[0] if exc.args else None
+        return _error_message(inner) if inner is not None and hasattr(inner, "content") else ""
+
+
 def _classify(exc, what: str) -> tuple[bool, OSError]:
     """(retryable, the OSError to raise) for an exception from the Drive client."""
     errors = require("googleapiclient.errors", "drive", "Google Drive access")
@@ -120,6 +140,10 @@ def _classify(exc, what: str) -> tuple[bool, OSError]:
         if status == 401:
             return False, DriveAuthError(f"Google Drive rejected the credentials while {what} (401). "
                                          f"Run `colabkit drive login` again.")
+        if status == 403 and reason == "storageQuotaExceeded":
+            return False, DriveStorageFull(f"Google Drive refused to store a file while {what} (403 "
+                                           f"storageQuotaExceeded: {_error_message(exc)}). {NO_STORAGE_HELP} For a "
+                                           f"user account: Drive's storage is full; free some space.")
         if status == 404:
             return False, DriveNotFound(f"Google Drive has no such file or folder while {what} (404), or it "
                                         f"is not shared with this account.")
@@ -171,10 +195,11 @@ def retrying(fn, what: str, *, already=None):
 class DriveClient:
     """An authorised pydrive2 client with the few operations colabkit needs."""
 
-    def __init__(self, gauth, source: str):
+    def __init__(self, gauth, source: str, kind: str = "oauth"):
         pydrive_drive = require("pydrive2.drive", "drive", "Google Drive access")
         self.auth = gauth
         self.source = source
+        self.kind = kind                     # "service_account" or "oauth"
         self.drive = pydrive_drive.GoogleDrive(gauth)
         self._about = None
         self._reported: set = set()
@@ -191,6 +216,48 @@ class DriveClient:
         if self._about is None:
             self._about = retrying(lambda: self.drive.GetAbout(), "reading the account")
         return self._about
+
+    def has_no_storage(self) -> bool:
+        """A service account whose Drive reports no storage quota of its own (0 bytes): it can write only into
+        shared drives."""
+        about = self.about()
+        return self.kind == "service_account" and str(about.get("quotaBytesTotal", "")) == "0" and \
+            about.get("quotaType") != "UNLIMITED"
+
+    def locate(self, location: str) -> tuple[str, str, str]:
+        """(id of the top folder, folder path below it, the top as written) of a gdrive:// location:
+
+        * ``shared:<drive name>/<path>``: a shared drive by its name (as the account sees it);
+        * ``<id>/<path>`` or ``id:<id>/<path>``: a folder (or shared drive) by its Drive id, as in its web
+          address (drive.google.com/drive/folders/<id>); a shortcut's id stands for its target. A bare first
+          part that looks like an id but is not one is read as a folder name below My Drive;
+        * ``<path>``: a path below My Drive."""
+        text = location.strip().strip("/")
+        first, _, rest = text.partition("/")
+        if first.startswith("shared:"):
+            name = first[len("shared:"):]
+            answer = retrying(lambda: self.auth.service.drives().list(q=f"name = '{_q(name)}'", maxResults=100)
+                              .execute(http=self.http()), f"looking for the shared drive {name!r}")
+            found = [d for d in answer.get("items") or [] if d.get("name") == name]
+            if not found:
+                raise DriveNotFound(f"No shared drive named {name!r} is visible to {self.whoami()}. Check the name "
+                                    f"(case included) and that this account is a member of it.")
+            return found[0]["id"], rest, first
+        explicit = first.startswith("id:")
+        if explicit or _ID.fullmatch(first):
+            fid = first[3:] if explicit else first
+            try:
+                meta = self.resolve(self.get(fid), "gdrive:/")
+            except DriveNotFound:
+                meta = None
+                if explicit:
+                    raise DriveNotFound(f"No Drive folder with id {fid} is visible to {self.whoami()} (is it shared "
+                                        f"with this account?).") from None
+            if meta is not None:
+                if meta.get("mimeType") != FOLDER_MIME:
+                    raise DriveNotFound(f"The Drive item {fid} is not a folder; gdrive://<id>/... needs a folder id.")
+                return meta["id"], rest, first
+        return "root", text, ""
 
     def whoami(self) -> str:
         user = self.about().get("user", {})
@@ -396,6 +463,9 @@ class DriveClient:
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}
 
 
+_ID = re.compile(r"[-\w]{25,}|0A[-\w]{14,}")   # Drive ids: files and folders (28-44 characters), shared drives ("0A...")
+
+
 def _is_folder_like(item: dict) -> bool:
     return item.get("mimeType") == FOLDER_MIME or (
         item.get("mimeType") == SHORTCUT_MIME and (item.get("shortcutDetails") or {}).get("targetMimeType") == FOLDER_MIME)
@@ -499,7 +569,7 @@ def connect(settings: _config.Settings | None = None, *, fresh: bool = False) ->
         except Exception as exc:  # noqa: BLE001 - pydrive2's own auth errors
             raise DriveAuthError(f"Google Drive sign-in with {path} failed ({exc}). Run `colabkit drive login` "
                                  f"again.") from None
-        client = DriveClient(gauth, str(path))
+        client = DriveClient(gauth, str(path), kind)
         _CLIENTS[key] = client
         return client
 
@@ -566,7 +636,10 @@ def login(*, service_account=None, client_secrets=None, code_input=input, out=pr
         write_private(path, gauth.credentials.to_json().encode())
     forget_clients()
     try:
-        return connect(settings).whoami()
+        client = connect(settings)
+        if client.has_no_storage():
+            out(f"Note: {client.whoami()} is a service account without Drive storage of its own. {NO_STORAGE_HELP}")
+        return client.whoami()
     except DriveError:
         if old is not None:
             write_private(path, old)

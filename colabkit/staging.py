@@ -146,11 +146,16 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
     """(entries, is_single_file) of a gdrive:// folder or file path."""
     from . import gdrive
     client = gdrive.connect()
-    parent_path, _, last = folder.strip("/").rpartition("/")
-    parent = client.folder(parent_path, create=False) if parent_path else "root"
-    item = client.pick(client.children(parent, title=last), f"gdrive://{parent_path}") if parent else None
+    top, below, top_text = client.locate(folder)      # My Drive, a shared drive, or a folder by id
+    parent_path, _, last = below.strip("/").rpartition("/")
+    where = f"gdrive://{'/'.join(p for p in (top_text, parent_path) if p)}"
+    if not below.strip("/"):                    # the location is the shared drive or the folder id itself
+        item = client.get(top)
+    else:
+        parent = client.folder(parent_path, create=False, root=top) if parent_path else top
+        item = client.pick(client.children(parent, title=last), where) if parent else None
     if item is not None:                        # a shortcut (a folder or file shared with you) stands for its target
-        item = client.resolve(item, f"gdrive://{parent_path}")
+        item = client.resolve(item, where)
     if item is None:
         raise FileNotFoundError(f"gdrive://{folder} does not exist on Google Drive (or is not visible to "
                                 f"{client.whoami()}).")

@@ -293,3 +293,50 @@ def test_pruning_under_a_lagging_listing_never_deletes_a_just_uploaded_checkpoin
     import shutil
     shutil.rmtree(tmp_path / "local")
     assert colabkit.Checkpoints("gdrive://runs/lag", local_dir=tmp_path / "local").restore().step == 5
+
+
+# -- 3. service accounts: no storage of their own; shared drives and folders by id ----------------------------
+SA = "ci-bot@test-project.iam.gserviceaccount.com"     # the gdrive fixture's service account
+
+
+def test_a_service_account_without_storage_gets_a_clear_error_before_the_first_upload(gdrive, tmp_path):
+    gdrive.no_quota.add(SA)
+    ckpt = colabkit.Checkpoints("gdrive://runs/sa", local_dir=tmp_path / "local")
+    ckpt.save(1, {"w": np.ones(3)})
+    assert finishes(lambda: ckpt.wait(20)) is False            # wait() returns: no retrying forever
+    error = ckpt.status.last_error
+    assert "service account" in error and "shared drive" in error and "gdrive://shared:" in error
+    assert not [r for r in gdrive.requests if r[1].startswith("/upload/")], "refused before any upload"
+    ckpt.close()
+    with pytest.raises(g.DriveStorageFull, match="storageQuotaExceeded"):   # what Drive itself answers
+        src = tmp_path / "f.bin"
+        src.write_bytes(b"x")
+        gdrive.reset_count()
+        g.connect().upload(src, "root", "f.bin")
+    assert gdrive.count == 1, "storageQuotaExceeded is not retried"
+
+
+def test_a_service_account_writes_into_a_shared_drive_and_a_folder_given_by_id(gdrive, tmp_path):
+    import shutil
+    gdrive.no_quota.add(SA)
+    state = gdrive.state
+    team = state.add_drive("Team Drive")
+    with colabkit.Checkpoints("gdrive://shared:Team Drive/runs/a", local_dir=tmp_path / "l1") as ckpt:
+        assert ckpt.save(1, {"w": np.ones(3)}, wait=20) and ckpt.status.last_error is None
+    runs = [m for m in state.children(team) if m["title"] == "runs"]
+    assert len(runs) == 1 and runs[0]["driveId"] == team
+    shutil.rmtree(tmp_path / "l1")
+    assert colabkit.Checkpoints("gdrive://shared:Team Drive/runs/a", local_dir=tmp_path / "l1").restore().step == 1
+    folder = state.add("project", team, mime=FOLDER)["id"]       # a folder in it, as its web address names it
+    for loc in (f"gdrive://{folder}/b", f"gdrive://id:{folder}/c", f"gdrive://{team}/d"):
+        with colabkit.Checkpoints(loc, local_dir=tmp_path / "l2") as ckpt:
+            assert ckpt.save(2, {"w": np.ones(3)}, wait=20) and ckpt.status.last_error is None, loc
+        shutil.rmtree(tmp_path / "l2")
+    assert sorted(m["title"] for m in state.children(folder)) == ["b", "c"]
+    assert "d" in [m["title"] for m in state.children(team)]
+    assert not [m for m in state.files.values() if m["title"] == "runs" and not m.get("driveId")]
+    dataset(gdrive, "x", {"a.bin": b"a"}, parent=folder)        # staging reads through the same locations
+    assert staged(colabkit.stage(f"gdrive://{folder}/x", tmp_path / "s1", quiet=True)) == {"a.bin": b"a"}
+    assert staged(colabkit.stage("gdrive://shared:Team Drive/project/x", tmp_path / "s2", quiet=True)) == {"a.bin": b"a"}
+    with pytest.raises(FileNotFoundError, match="No shared drive named 'Nope'"):
+        colabkit.Checkpoints("gdrive://shared:Nope/runs", local_dir=tmp_path / "l3").restore()

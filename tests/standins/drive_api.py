@@ -134,6 +134,7 @@ class DriveState:
         self.sessions: dict[str, dict] = {}
         self._clock = itertools.count(1)
         self.public: set[str] = set()          # ids shared "anyone with the link"
+        self.drives: dict[str, dict] = {}      # shared drives: id -> {"id", "name"}
 
     def new_id(self) -> str:
         return "1" + secrets.token_urlsafe(24).replace("-", "x").replace("_", "y")[:32]
@@ -147,10 +148,25 @@ class DriveState:
                     "parents": [{"id": parent, "isRoot": parent == ROOT_ID}], "labels": {"trashed": False},
                     "createdDate": stamp, "modifiedDate": stamp, "_seq": next(self._clock),
                     "_t": time.monotonic()}
+            drive_id = self.files[parent].get("driveId") if parent in self.files else None
+            if drive_id:                                  # an item in a shared drive belongs to that drive
+                meta["driveId"] = drive_id
             self.files[fid] = meta
             if not mime.startswith(GOOGLE_APPS):      # Docs, Sheets, shortcuts, folders: no bytes, no size/md5
                 self.set_content(fid, data or b"")
             return self.public_meta(fid)
+
+    def add_drive(self, name: str) -> str:
+        """A shared drive (Workspace): its id (19 characters from "0A", like Drive's) is also the id of its top
+        folder, which has no parent; everything made below it carries ``driveId`` and belongs to the drive."""
+        with self.lock:
+            did = "0A" + secrets.token_urlsafe(12).replace("-", "x").replace("_", "y")[:11] + "Uk9PVA"
+            self.drives[did] = {"kind": "drive#drive", "id": did, "name": name}
+            stamp = _now()
+            self.files[did] = {"kind": "drive#file", "id": did, "title": name, "mimeType": FOLDER, "parents": [],
+                               "labels": {"trashed": False}, "createdDate": stamp, "modifiedDate": stamp,
+                               "driveId": did, "_seq": next(self._clock), "_t": time.monotonic()}
+            return did
 
     def add_shortcut(self, title: str, target: str, parent: str = ROOT_ID) -> dict:
         """A shortcut (what "Add shortcut to Drive" on a shared folder makes): no content, its own id, and
@@ -250,6 +266,7 @@ class DriveServer(ThreadingHTTPServer):
         self.injected: list[tuple] = []              # armed faults that fired: (n, kind, method, path[, what])
         self.abandoned: list[tuple] = []             # (n or None, method, path) of requests whose body never came
         self._armed: dict | None = None              # {"k", "kind", "from": bool}
+        self.no_quota: set[str] = set()   # accounts (service-account emails) without storage of their own
         self.listing_lag_s = 0.0        # files.list leaves out items created less than this long ago (files.get sees them)
         self.quota_requests: int | None = None   # quota(): Drive API requests allowed per quota_window_s
         self.quota_window_s = 60.0
@@ -384,6 +401,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True   # headers and body go out in two writes: no 40 ms delayed-ACK stall
     _stale: int | None = None        # the request number of an armed "stale-list" this request is
+    _who: str | None = None          # the account the request's token was issued to
+    _query: dict = {}
     server: DriveServer
 
     def log_message(self, *args):  # quiet
@@ -425,6 +444,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         body = self._body()
+        self._query = query
         self.server.requests.append((self.command, url.path))
         path = url.path
         n, kind = 0, None
@@ -494,6 +514,7 @@ class _Handler(BaseHTTPRequestHandler):
             who = self.server.tokens.get(auth[7:]) if auth.startswith("Bearer ") else None
             if who is None or who in self.server.revoked:     # revoking also voids issued access tokens
                 return self._error(401, "authError", "Invalid Credentials")
+            self._who = who
             with self.server.state.lock:
                 return self._drive(path, query, body)
         return self._send(404, b"<html><title>Not Found</title></html>", "text/html")
@@ -569,9 +590,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _drive(self, path: str, query: dict, body: bytes):
         state = self.server.state
         if path == "/drive/v2/about":
+            own = self._who not in self.server.no_quota     # a service account's storage quota is 0 bytes
             return self._json(200, {"kind": "drive#about", "name": self.server.user["displayName"],
                                     "user": {"kind": "drive#user", **self.server.user},
-                                    "rootFolderId": ROOT_ID})
+                                    "rootFolderId": ROOT_ID, "quotaType": "LIMITED",
+                                    "quotaBytesTotal": str(15 << 30) if own else "0", "quotaBytesUsed": "0"})
+        if path == "/drive/v2/drives" and self.command == "GET":
+            m = re.fullmatch(r"\s*name\s*=\s*'((?:[^'\\]|\\.)*)'\s*", query.get("q", "")) if query.get("q") else None
+            items = [d for d in state.drives.values()
+                     if m is None or d["name"].casefold() == _unquote(m.group(1)).casefold()]
+            return self._json(200, {"kind": "drive#driveList", "items": items})
         if path.startswith("/upload/drive/v2/files"):
             return self._upload(path, query, body)
         m = re.match(r"^/drive/v2/files(?:/([^/]+))?(?:/(trash|untrash))?$", path)
@@ -588,6 +616,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(405, "badMethod", self.command)
         if fid != ROOT_ID and fid not in state.files:
             return self._error(404, "notFound", f"File not found: {fid}")
+        if fid != ROOT_ID and state.files[fid].get("driveId") and query.get("supportsAllDrives") != "true":
+            return self._error(404, "notFound", f"File not found: {fid}")   # shared-drive items need the flag
         if fid == ROOT_ID:
             return self._json(200, {"kind": "drive#file", "id": ROOT_ID, "title": "My Drive", "mimeType": FOLDER,
                                     "parents": [], "labels": {"trashed": False}})
@@ -613,7 +643,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             return self._error(400, "invalid", f"Invalid query: {exc}")
         lag, now = self.server.listing_lag_s, time.monotonic()
-        items = sorted((m for m in state.files.values() if match(m) and now - m["_t"] >= lag),
+        all_drives = query.get("supportsAllDrives") == "true" and query.get("includeItemsFromAllDrives") == "true"
+        items = sorted((m for m in state.files.values() if match(m) and now - m["_t"] >= lag
+                        and (all_drives or not m.get("driveId"))),
                        key=lambda m: m["_seq"])   # items younger than listing_lag_s are not listed yet
         if self._stale is not None:          # an armed "stale-list": the newest match is not listed yet
             n, self._stale = self._stale, None
@@ -663,6 +695,22 @@ class _Handler(BaseHTTPRequestHandler):
             target["labels"]["trashed"] = bool(meta["labels"]["trashed"])
         target["modifiedDate"] = _now()
 
+    def _refuse_create(self, meta: dict):
+        """The error answer for a create Drive refuses (None: allowed): a parent in a shared drive without
+        supportsAllDrives=true (404), a file (not a folder) that an account without storage would own (403)."""
+        state = self.server.state
+        parent = ((meta.get("parents") or [{"id": ROOT_ID}])[0]["id"])
+        parent = ROOT_ID if parent == "root" else parent
+        in_drive = parent in state.files and state.files[parent].get("driveId")
+        if in_drive and self._query.get("supportsAllDrives") != "true":
+            return self._error(404, "notFound", f"File not found: {parent}")
+        if meta.get("mimeType") != FOLDER and not in_drive and self._who in self.server.no_quota:
+            return self._error(403, "storageQuotaExceeded", "Service Accounts do not have storage quota. Leverage "
+                               "shared drives (https://developers.google.com/workspace/drive/api/guides/about-"
+                               "shareddrives), or use OAuth delegation (http://support.google.com/a/answer/7281227) "
+                               "instead.")
+        return None
+
     def _insert(self, meta: dict, data: bytes | None):
         state = self.server.state
         parents = meta.get("parents") or [{"id": ROOT_ID}]
@@ -671,6 +719,9 @@ class _Handler(BaseHTTPRequestHandler):
         if parent != ROOT_ID and parent not in state.files:
             return self._error(404, "notFound", f"File not found: {parent}")
         mime = meta.get("mimeType") or "application/octet-stream"
+        refused = self._refuse_create(meta)
+        if refused:
+            return refused
         if mime == SHORTCUT:
             target = (meta.get("shortcutDetails") or {}).get("targetId")
             if target not in state.files:
@@ -700,9 +751,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._insert(meta, data)
         if kind == "resumable":
             meta = json.loads(body or b"{}")
+            refused = None if fid else self._refuse_create(meta)
+            if refused:
+                return refused
             upload_id = secrets.token_urlsafe(12)
             total = self.headers.get("X-Upload-Content-Length")
-            state.sessions[upload_id] = {"meta": meta, "fid": fid, "data": bytearray(),
+            state.sessions[upload_id] = {"meta": meta, "fid": fid, "data": bytearray(), "query": dict(query),
                                          "total": int(total) if total else None}
             location = f"{self.server.root_url}/upload/drive/v2/files?uploadType=resumable&upload_id={upload_id}"
             return self._send(200, b"", headers={"Location": location})
@@ -740,6 +794,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._apply_metadata(session["fid"], session["meta"])
                 state.set_content(session["fid"], bytes(data))
                 return self._json(200, state.public_meta(session["fid"]))
+            self._query = session["query"]          # the flags the session was opened with
             return self._insert(session["meta"], bytes(data))
         headers = {"Range": f"bytes=0-{len(data) - 1}"} if data else {}
         return self._send(308, b"", headers=headers)
