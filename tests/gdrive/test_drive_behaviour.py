@@ -340,3 +340,16 @@ def test_a_service_account_writes_into_a_shared_drive_and_a_folder_given_by_id(g
     assert staged(colabkit.stage("gdrive://shared:Team Drive/project/x", tmp_path / "s2", quiet=True)) == {"a.bin": b"a"}
     with pytest.raises(FileNotFoundError, match="No shared drive named 'Nope'"):
         colabkit.Checkpoints("gdrive://shared:Nope/runs", local_dir=tmp_path / "l3").restore()
+
+
+# -- 5. (fixed before) a connection dropped mid-answer is retried ----------------------------------------------
+def test_a_download_and_a_listing_cut_mid_answer_are_retried(gdrive, tmp_path):
+    dataset(gdrive, "data/set", {"a.bin": os.urandom(5000)})
+    client = g.connect()
+    folder = gdrive.state.find("data/set")["id"]
+    gdrive.arm(1, "drop-mid")                                  # a listing: half its JSON, then the connection closes
+    assert [i["title"] for i in client.children(folder)] == ["a.bin"]
+    gdrive.arm(2, "drop-mid")                                  # the staging's second request (IncompleteRead)
+    out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True, workers=1)
+    assert (out / "a.bin").read_bytes() == gdrive.state.content[gdrive.state.find("data/set/a.bin")["id"]]
+    assert [i[1] for i in gdrive.injected] == ["drop-mid", "drop-mid"]
