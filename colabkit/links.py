@@ -92,6 +92,10 @@ def _download(kind: str, file_id: str, into: Path, *, quiet: bool) -> Path:
         return Path(out)
     except (FileURLRetrievalError, DownloadError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "too many users" in str(exc).lower():     # Google's download quota for a popular shared file
+            raise LinkError(f"Google Drive is refusing the {what} for now: too many users have viewed or downloaded "
+                            f"it recently (Google's download quota for shared files). Try again later (often "
+                            f"within 24 hours), or make a copy in your own Drive and use that.") from None
         raise LinkError(f"Cannot download the {what}: it does not exist, or it is not shared as \"Anyone with "
                         f"the link\" ({first}).") from None
     except OSError as exc:

@@ -353,3 +353,15 @@ def test_a_download_and_a_listing_cut_mid_answer_are_retried(gdrive, tmp_path):
     out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True, workers=1)
     assert (out / "a.bin").read_bytes() == gdrive.state.content[gdrive.state.find("data/set/a.bin")["id"]]
     assert [i[1] for i in gdrive.injected] == ["drop-mid", "drop-mid"]
+
+
+# -- 11. share links: Google's download quota is reported as such ---------------------------------------------
+def test_a_throttled_share_link_is_reported_as_throttled_not_missing(tmp_path, links):
+    from colabkit import links as L
+    src = tmp_path / "w.bin"
+    src.write_bytes(b"weights")
+    file_id = links.file(src)
+    links.server.state.throttled.add(file_id)
+    with pytest.raises(L.LinkError, match="too many users have viewed or downloaded") as info:
+        L.fetch(f"https://drive.google.com/file/d/{file_id}/view", tmp_path / "got", quiet=True)
+    assert "does not exist" not in str(info.value)

@@ -135,6 +135,7 @@ class DriveState:
         self._clock = itertools.count(1)
         self.public: set[str] = set()          # ids shared "anyone with the link"
         self.drives: dict[str, dict] = {}      # shared drives: id -> {"id", "name"}
+        self.throttled: set[str] = set()       # shared ids whose link answers "Too many users have viewed..."
 
     def new_id(self) -> str:
         return "1" + secrets.token_urlsafe(24).replace("-", "x").replace("_", "y")[:32]
@@ -562,6 +563,14 @@ class _Handler(BaseHTTPRequestHandler):
             meta = state.files.get(fid)
             visible = meta is not None and fid in state.public and not meta["labels"]["trashed"]
             if path == "/uc":
+                if visible and fid in state.throttled:     # Google's download quota for a popular shared file
+                    page = (b"<html><head><title>Google Drive - Quota exceeded</title></head><body>"
+                            b"<p class=\"uc-error-caption\">Sorry, you can't view or download this file at this time."
+                            b"</p>\n<p class=\"uc-error-subcaption\">Too many users have viewed or downloaded this "
+                            b"file recently. Please try accessing the file again later. If the file you are trying "
+                            b"to access is particularly large or is shared with many people, it may take up to 24 "
+                            b"hours to be able to view or download the file.</p></body></html>")
+                    return self._send(200, page, "text/html; charset=utf-8")
                 if not visible or meta["mimeType"] == FOLDER:
                     page = b"<html><head><title>Google Drive - Page Not Found</title></head><body>" \
                            b"<p class=\"uc-error-subcaption\">Sorry, the file you have requested does not " \
