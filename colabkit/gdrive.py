@@ -85,9 +85,11 @@ def credentials_path(settings: _config.Settings | None = None) -> Path:
 
 def write_private(path: Path, data: bytes) -> None:
     """Write a secret: 0600 from the first byte (no window where others can read it), replaced atomically."""
+    import tempfile
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # a fresh, unpredictable name opened with O_EXCL (never through a link planted at a guessable name)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -611,6 +613,15 @@ def login(*, service_account=None, client_secrets=None, code_input=input, out=pr
         src = Path(client_secrets).expanduser()
         if not src.is_file():
             raise FileNotFoundError(f"The OAuth client file {src} does not exist.")
+        try:
+            kinds = set(json.loads(src.read_bytes()))
+        except (ValueError, TypeError):
+            kinds = set()
+        if "web" in kinds and "installed" not in kinds:   # Google would answer redirect_uri_mismatch
+            raise ValueError(f"{src} is an OAuth client of type \"Web application\"; sign-in from a notebook or a "
+                             f"terminal needs one of type \"Desktop app\" (Google would refuse the sign-in with "
+                             f"redirect_uri_mismatch). In the Google Cloud console: APIs & Services > Credentials > "
+                             f"Create credentials > OAuth client ID > Desktop app, then download its JSON.")
         gauth = GoogleAuth(settings={"client_config_backend": "file", "client_config_file": str(src),
                                      "oauth_scope": SCOPES, "get_refresh_token": True}, http_timeout=TIMEOUT_S)
         try:

@@ -142,10 +142,30 @@ def is_archive(name) -> bool:
     return str(name).lower().endswith(ARCHIVE_SUFFIXES)
 
 
+def _check_room(archive: Path, into: Path) -> None:
+    """Refuse an archive whose members would not fit on the disk of ``into`` (a zip bomb, or just too big),
+    from the sizes its headers declare (reading a member never yields more than its header says)."""
+    try:
+        if archive.name.lower().endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                need = sum(i.file_size for i in zf.infolist())
+        else:
+            with tarfile.open(archive) as tf:
+                need = sum(m.size for m in tf.getmembers() if m.isfile())
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+        raise LinkError(f"{archive.name} is not a readable archive ({exc}).") from None
+    free = shutil.disk_usage(into).free
+    if need > free:
+        from .units import format_size
+        raise LinkError(f"{archive.name} would unpack to {format_size(need)}, and only {format_size(free)} is free at "
+                        f"{into}; refusing to extract it.")
+
+
 def extract_archive(archive: Path, into: Path) -> None:
     """Extract a .zip/.tar/.tar.gz into ``into``: regular files and folders only, no member outside it."""
     into.mkdir(parents=True, exist_ok=True)
     root = into.resolve()
+    _check_room(archive, into)
 
     def safe(name: str) -> Path:
         rel = PurePosixPath(name.replace("\\", "/"))

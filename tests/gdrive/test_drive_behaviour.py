@@ -365,3 +365,37 @@ def test_a_throttled_share_link_is_reported_as_throttled_not_missing(tmp_path, l
     with pytest.raises(L.LinkError, match="too many users have viewed or downloaded") as info:
         L.fetch(f"https://drive.google.com/file/d/{file_id}/view", tmp_path / "got", quiet=True)
     assert "does not exist" not in str(info.value)
+
+
+# -- 12. smaller: the credentials file, archives from links, a web OAuth client --------------------------------
+def test_credentials_are_never_written_through_a_link_planted_at_a_guessable_name(tmp_path):
+    target = tmp_path / "victim.txt"
+    target.write_text("keep me")
+    path = tmp_path / "cfg" / "drive-credentials.json"
+    path.parent.mkdir()
+    (path.parent / f".{path.name}.{os.getpid()}.tmp").symlink_to(target)     # the old predictable name
+    g.write_private(path, b'{"secret": 1}')
+    assert target.read_text() == "keep me" and path.read_bytes() == b'{"secret": 1}'
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_archive_larger_than_the_free_disk_is_refused_before_extraction(tmp_path, monkeypatch):
+    import shutil
+    import zipfile
+    from colabkit import links as L
+    arch = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(arch, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros.bin", b"\0" * (4 << 20))                      # 4 MiB of zeros: a few KiB zipped
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=1 << 20))   # a 1 MiB-free disk
+    with pytest.raises(L.LinkError, match="would unpack to"):
+        L.extract_archive(arch, tmp_path / "out")
+    assert not list((tmp_path / "out").iterdir())
+
+
+def test_a_web_application_oauth_client_is_refused_with_what_to_create(tmp_path):
+    import json
+    client = tmp_path / "client_secret_web.json"
+    client.write_text(json.dumps({"web": {"client_id": "cid", "client_secret": "s", "redirect_uris": ["https://x"]}}))
+    with pytest.raises(ValueError, match="Desktop app"):
+        g.login(client_secrets=str(client), code_input=lambda prompt: "", out=lambda *a: None)
