@@ -236,11 +236,11 @@ def test_a_share_link_that_is_never_answered_times_out_and_is_retried(tmp_path, 
 
 # -- 10. quotas per minute, idempotent creates ---------------------------------------------------------------
 def test_sixteen_staging_threads_share_a_per_minute_quota_and_all_get_through(gdrive, tmp_path, monkeypatch):
-    monkeypatch.setattr(g, "RATE_WINDOW_S", 20.0, raising=False)    # Drive's window is a minute; 2 s here
+    monkeypatch.setattr(g, "RATE_WINDOW_S", 20.0, raising=False)    # retry for 20 s (150 s by default)
     files = {f"{i:02d}.bin": os.urandom(50) for i in range(40)}
     dataset(gdrive, "data/set", files)
     g.connect()
-    gdrive.quota(12, per_s=2.0)                # far fewer requests a window than 16 threads make
+    gdrive.quota(12, per_s=2.0)                # Drive's window is a minute; 2 s here, far too few for 16 threads
     out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True, workers=16)
     assert staged(out) == files
     assert gdrive.rate_limited > 16, "the quota was hit, and waited out"
