@@ -31,7 +31,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "standins")]
 from tests.checkpoints.campaign import CYCLES, KEEP, NEVER, _content_ok, _in_child, _judge, _read, state  # noqa: E402
 
 KINDS = {"500": ("500", False), "503": ("503", False), "drop": ("drop", False), "drop-mid": ("drop-mid", False),
-         "stale-list": ("stale-list", False), "outage": ("503", True)}
+         "stale-list": ("stale-list", False), "outage": ("503", True), "hang": ("hang", False)}
 
 SERVER = r"""
 import json, sys
@@ -92,7 +92,7 @@ def _service_account_key(url: str) -> dict:
 def _quick_retries() -> None:
     import colabkit.gdrive as g
     from colabkit.checkpoints import uploader
-    g.BACKOFF_START, g.BACKOFF_MAX, g.CREATE_CHECK_S = 0.005, 0.02, 0.01
+    g.BACKOFF_START, g.BACKOFF_MAX, g.CREATE_CHECK_S, g.TIMEOUT_S = 0.005, 0.02, 0.01, 0.25
     uploader.BACKOFF_START, uploader.BACKOFF_MAX = 0.005, 0.05
 
 
