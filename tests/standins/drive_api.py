@@ -59,6 +59,17 @@ Kinds (``FAULT_KINDS``); what the real clients (httplib2 0.2x/0.3x, googleapicli
   gets it (with ``arm_from``: every ``files.list`` from the k-th request on). A listing with nothing to omit
   still spends the fault (``injected`` says ``omitted: None``).
 
+* ``"hang"`` (in ``ARM_KINDS``, not in ``FAULT_KINDS``): the request is read and never answered; the connection
+  closes when the server stops. ``server.stall(method=, path=, times=)`` does the same to matching requests of
+  any path (shared-link pages included), listed in ``server.stalled``.
+
+Drive's own behaviour (tests/standins/README.md says where each is documented): pages of at most 1000 items
+(``page_cap``, ``short_pages``); case-insensitive ``title =``; shortcuts (``state.add_shortcut``); Google-native
+files without bytes; a per-user quota (``server.quota(n, per_s)`` -> 403 ``userRateLimitExceeded``); listings
+that lag behind creates (``server.listing_lag_s``); shared drives (``state.add_drive``, ``supportsAllDrives``);
+accounts without storage (``server.no_quota``: 403 ``storageQuotaExceeded``); throttled share links
+(``state.throttled``).
+
 Order on one request: counting, then the armed fault, then ``fail()``'s faults, then authorisation.
 
 A request whose body stops arriving for ``server.body_timeout_s`` (5 s) is abandoned: no answer, connection
