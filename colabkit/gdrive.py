@@ -274,7 +274,7 @@ class DriveClient:
             params = {"q": q, "maxResults": PAGE_SIZE, "supportsAllDrives": True, "includeItemsFromAllDrives": True}
             if token:
                 params["pageToken"] = token
-            page = retrying(lambda: self.auth.service.files().list(**params).execute(http=self.http()),
+            page = retrying(lambda params=params: self.auth.service.files().list(**params).execute(http=self.http()),
                             what if not pages else f"{what} (page {pages + 1})")
             items.extend(page.get("items") or [])
             pages += 1

@@ -14,8 +14,16 @@ from pathlib import Path, PurePosixPath
 
 from .. import gdrive as _gdrive
 from . import manifest as _manifest
-from .folder import (_NAME, LEASE_NAME, CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, Listing,
-                     names_to_keep)
+from .folder import (
+    _NAME,
+    LEASE_NAME,
+    CheckpointError,
+    CheckpointFolder,
+    CheckpointInfo,
+    CorruptCheckpoint,
+    Listing,
+    names_to_keep,
+)
 from .storage import remove_tree, write_bytes
 
 log = logging.getLogger("colabkit")

@@ -6,12 +6,11 @@ import os
 
 import numpy as np
 import pytest
+from drive_api import FOLDER, ROOT_ID
 
 import colabkit
 import colabkit.gdrive as g
 from colabkit.checkpoints.gdrive import DriveApiFolder
-
-from drive_api import FOLDER, ROOT_ID
 
 
 def dataset(server, path, files: dict, parent=ROOT_ID):
@@ -118,7 +117,7 @@ def test_names_are_matched_case_sensitively_after_drives_case_blind_match(gdrive
     runs = [m for m in state.children(ROOT_ID) if m["title"].lower() == "runs"]
     assert sorted(m["title"] for m in runs) == ["Runs", "runs"]
     assert [m["title"] for m in state.children(state.find("Runs/a")["id"])] == []   # "Runs" untouched
-    assert [m["title"] for m in state.children(state.find("runs/a")["id"])][0].startswith("ckpt-")
+    assert next(m["title"] for m in state.children(state.find("runs/a")["id"])).startswith("ckpt-")
     dataset(gdrive, "data/Set", {"x.bin": b"x"})
     with pytest.raises(FileNotFoundError, match="gdrive://data/set"):
         colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
@@ -134,7 +133,7 @@ def test_a_shortcut_to_a_shared_folder_is_used_not_shadowed_by_a_new_folder(gdri
         ckpt.save(1, {"w": np.ones(3)}, wait=True)
     assert [m["title"] for m in state.children(ROOT_ID)] == ["runs"]      # no folder made beside the shortcut
     a = [m for m in state.children(shared) if m["title"] == "a"]
-    assert len(a) == 1 and [m["title"] for m in state.children(a[0]["id"])][0].startswith("ckpt-")
+    assert len(a) == 1 and next(m["title"] for m in state.children(a[0]["id"])).startswith("ckpt-")
     import shutil
     shutil.rmtree(tmp_path / "local")
     assert colabkit.Checkpoints("gdrive://runs/a", local_dir=tmp_path / "local").restore().step == 1
@@ -382,6 +381,7 @@ def test_credentials_are_never_written_through_a_link_planted_at_a_guessable_nam
 def test_an_archive_larger_than_the_free_disk_is_refused_before_extraction(tmp_path, monkeypatch):
     import shutil
     import zipfile
+
     from colabkit import links as L
     arch = tmp_path / "bomb.zip"
     with zipfile.ZipFile(arch, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -414,7 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True   # headers and body go out in two writes: no 40 ms delayed-ACK stall
     _stale: int | None = None        # the request number of an armed "stale-list" this request is
     _who: str | None = None          # the account the request's token was issued to
-    _query: dict = {}
+    _query: dict = {}                # this request's query parameters (read only)  # noqa: RUF012
     server: DriveServer
 
     def log_message(self, *args):  # quiet
