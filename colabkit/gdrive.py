@@ -5,9 +5,9 @@ service-account key (JSON with ``"type": "service_account"``) or OAuth tokens sa
 ``colabkit drive login``. They are written with 0600 permissions and never printed.
 
 Every failure surfaces as an OSError subclass (DriveError), so the checkpoint uploader's retry path applies.
-Transient answers (5xx, 429, 403 rateLimitExceeded/userRateLimitExceeded, dropped connections) are retried
-with exponential back-off; large uploads use Drive's resumable protocol and continue from the last byte
-the server acknowledged. pydrive2 is imported on first use only.
+Transient answers (5xx, 429, 403 rateLimitExceeded/userRateLimitExceeded, dropped connections, a request
+unanswered for TIMEOUT_S) are retried with exponential back-off; large uploads use Drive's resumable
+protocol and continue from the last byte the server acknowledged. pydrive2 is imported on first use only.
 
 ``COLABKIT_DRIVE_API_ROOT`` points the client at a Drive-compatible endpoint (the test suite's local server).
 """
@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -28,11 +29,28 @@ from .optional import require
 log = logging.getLogger("colabkit")
 
 FOLDER_MIME = "application/vnd.google-apps.folder"
+SHORTCUT_MIME = "application/vnd.google-apps.shortcut"
+GOOGLE_APPS = "application/vnd.google-apps."    # Google-native types (Docs, Sheets, ...): no bytes to download
+_NATIVE = {GOOGLE_APPS + k: v for k, v in {
+    "document": "Google Docs document", "spreadsheet": "Google Sheets spreadsheet",
+    "presentation": "Google Slides presentation", "form": "Google Form", "drawing": "Google Drawing",
+    "script": "Apps Script project", "site": "Google Site", "jam": "Jamboard", "map": "My Maps map"}.items()}
 SCOPES = ["https://www.googleapis.com/auth/drive"]
+PAGE_SIZE = 1000                # files.list maxResults: Drive's largest page (it may send shorter ones)
 CHUNK = 8 << 20                 # resumable upload chunk (a multiple of 256 KiB)
+TIMEOUT_S = 60.0                # every Drive request: a socket that stays silent this long fails (and is retried)
 TRIES = 6                       # attempts per request before giving up (the uploader retries again later)
-BACKOFF_START, BACKOFF_MAX = 0.5, 16.0
-_RETRY_REASONS = {"rateLimitExceeded", "userRateLimitExceeded", "backendError", "internalError"}
+BACKOFF_START, BACKOFF_MAX = 0.5, 32.0
+# Drive's quotas are counted per minute (queries per minute per user and per project): a rate-limit answer
+# (429, 403 rateLimitExceeded/userRateLimitExceeded) is retried, with jittered exponential back-off, for as
+# long as this window even past TRIES attempts, so that many threads sharing one quota all get through
+RATE_WINDOW_S = 150.0
+# Drive's listings lag behind creates: two processes can each miss the other's new folder and make their own.
+# After making a folder of a path, colabkit looks again this much later; of same-named twins, the oldest is
+# kept by everyone and the newer, still empty ones are removed (0: no second look)
+CREATE_CHECK_S = 2.0
+_RATE_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
+_RETRY_REASONS = _RATE_REASONS | {"backendError", "internalError"}
 
 
 class DriveError(OSError):
@@ -47,6 +65,17 @@ class DriveNotFound(DriveError, FileNotFoundError):
     """A Drive file or folder (by id or path) does not exist or is not visible to this account."""
 
 
+class DriveStorageFull(DriveError):
+    """Drive refused to store a file (403 storageQuotaExceeded): the account has no storage of its own (every
+    service account) or its storage is full. Not transient: retrying does not help."""
+
+
+NO_STORAGE_HELP = ("A service account has no Drive storage of its own: it can write only into a shared drive it is a "
+                   "member of (gdrive://shared:<drive name>/<path>, or gdrive://<folder id>/<path> for a folder in "
+                   "one). Add the service account to a shared drive as Content manager, or sign in as yourself "
+                   "with `colabkit drive login --client-secrets client_secrets.json`.")
+
+
 def credentials_path(settings: _config.Settings | None = None) -> Path:
     settings = settings or _config.load()
     if settings.drive_credentials != _config.AUTO:
@@ -56,9 +85,11 @@ def credentials_path(settings: _config.Settings | None = None) -> Path:
 
 def write_private(path: Path, data: bytes) -> None:
     """Write a secret: 0600 from the first byte (no window where others can read it), replaced atomically."""
+    import tempfile
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # a fresh, unpredictable name opened with O_EXCL (never through a link planted at a guessable name)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -86,6 +117,14 @@ def _status_reason(exc) -> tuple[int | None, str]:
     return (int(status) if status is not None else None), reason
 
 
+def _error_message(exc) -> str:
+    try:
+        return json.loads(getattr(exc, "content", b"") or b"{}").get("error", {}).get("message", "")
+    except (ValueError, AttributeError):
+        inner = exc.args[0] if exc.args else None
+        return _error_message(inner) if inner is not None and hasattr(inner, "content") else ""
+
+
 def _classify(exc, what: str) -> tuple[bool, OSError]:
     """(retryable, the OSError to raise) for an exception from the Drive client."""
     errors = require("googleapiclient.errors", "drive", "Google Drive access")
@@ -103,12 +142,18 @@ def _classify(exc, what: str) -> tuple[bool, OSError]:
         if status == 401:
             return False, DriveAuthError(f"Google Drive rejected the credentials while {what} (401). "
                                          f"Run `colabkit drive login` again.")
+        if status == 403 and reason == "storageQuotaExceeded":
+            return False, DriveStorageFull(f"Google Drive refused to store a file while {what} (403 "
+                                           f"storageQuotaExceeded: {_error_message(exc)}). {NO_STORAGE_HELP} For a "
+                                           f"user account: Drive's storage is full; free some space.")
         if status == 404:
             return False, DriveNotFound(f"Google Drive has no such file or folder while {what} (404), or it "
                                         f"is not shared with this account.")
         retry = status is not None and (status >= 500 or status == 429 or
                                         (status == 403 and reason in _RETRY_REASONS))
-        return retry, DriveError(f"Google Drive answered {status} {reason} while {what}")
+        error = DriveError(f"Google Drive answered {status} {reason} while {what}")
+        error.rate_limited = status == 429 or (status == 403 and reason in _RATE_REASONS)
+        return retry, error
     import http.client
     # IncompleteRead (a connection dropped mid-answer) is an HTTPException, neither an OSError nor httplib2's
     if isinstance(exc, (httplib2.HttpLib2Error, http.client.HTTPException, ConnectionError, TimeoutError)):
@@ -120,28 +165,43 @@ def _classify(exc, what: str) -> tuple[bool, OSError]:
     raise exc
 
 
-def retrying(fn, what: str):
-    """Call ``fn()`` with retries on transient Drive errors; raises DriveError (an OSError) otherwise."""
+def retrying(fn, what: str, *, already=None):
+    """Call ``fn()`` with retries on transient Drive errors; raises DriveError (an OSError) otherwise.
+
+    Up to TRIES attempts; rate-limit answers are retried for RATE_WINDOW_S seconds however many attempts
+    that takes. Back-off doubles from BACKOFF_START to BACKOFF_MAX, each wait jittered (half to all of it) so
+    threads that failed together do not retry together. ``already``: for a request that is not idempotent (a
+    create): called before each retry, and its answer, when not None, is returned instead of trying again
+    (the failed attempt may have been applied, its answer lost)."""
     delay = BACKOFF_START
-    for attempt in range(1, TRIES + 1):
+    start = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - classified below
             retry, error = _classify(exc, what)
-            if not retry or attempt == TRIES:
+            in_window = getattr(error, "rate_limited", False) and time.monotonic() - start < RATE_WINDOW_S
+            if not retry or (attempt >= TRIES and not in_window):
                 raise error from exc
             log.debug("colabkit: %s; retrying in %.1fs", error, delay)
-            time.sleep(delay * (0.5 + random.random() / 2))
-            delay = min(delay * 2, BACKOFF_MAX)
+        time.sleep(delay * (0.5 + random.random() / 2))
+        delay = min(delay * 2, BACKOFF_MAX)
+        if already is not None:
+            found = already()
+            if found is not None:
+                return found
 
 
 class DriveClient:
     """An authorised pydrive2 client with the few operations colabkit needs."""
 
-    def __init__(self, gauth, source: str):
+    def __init__(self, gauth, source: str, kind: str = "oauth"):
         pydrive_drive = require("pydrive2.drive", "drive", "Google Drive access")
         self.auth = gauth
         self.source = source
+        self.kind = kind                     # "service_account" or "oauth"
         self.drive = pydrive_drive.GoogleDrive(gauth)
         self._about = None
         self._reported: set = set()
@@ -159,22 +219,80 @@ class DriveClient:
             self._about = retrying(lambda: self.drive.GetAbout(), "reading the account")
         return self._about
 
+    def has_no_storage(self) -> bool:
+        """A service account whose Drive reports no storage quota of its own (0 bytes): it can write only into
+        shared drives."""
+        about = self.about()
+        return self.kind == "service_account" and str(about.get("quotaBytesTotal", "")) == "0" and \
+            about.get("quotaType") != "UNLIMITED"
+
+    def locate(self, location: str) -> tuple[str, str, str]:
+        """(id of the top folder, folder path below it, the top as written) of a gdrive:// location:
+
+        * ``shared:<drive name>/<path>``: a shared drive by its name (as the account sees it);
+        * ``<id>/<path>`` or ``id:<id>/<path>``: a folder (or shared drive) by its Drive id, as in its web
+          address (drive.google.com/drive/folders/<id>); a shortcut's id stands for its target. A bare first
+          part that looks like an id but is not one is read as a folder name below My Drive;
+        * ``<path>``: a path below My Drive."""
+        text = location.strip().strip("/")
+        first, _, rest = text.partition("/")
+        if first.startswith("shared:"):
+            name = first[len("shared:"):]
+            answer = retrying(lambda: self.auth.service.drives().list(q=f"name = '{_q(name)}'", maxResults=100)
+                              .execute(http=self.http()), f"looking for the shared drive {name!r}")
+            found = [d for d in answer.get("items") or [] if d.get("name") == name]
+            if not found:
+                raise DriveNotFound(f"No shared drive named {name!r} is visible to {self.whoami()}. Check the name "
+                                    f"(case included) and that this account is a member of it.")
+            return found[0]["id"], rest, first
+        explicit = first.startswith("id:")
+        if explicit or _ID.fullmatch(first):
+            fid = first[3:] if explicit else first
+            try:
+                meta = self.resolve(self.get(fid), "gdrive:/")
+            except DriveNotFound:
+                meta = None
+                if explicit:
+                    raise DriveNotFound(f"No Drive folder with id {fid} is visible to {self.whoami()} (is it shared "
+                                        f"with this account?).") from None
+            if meta is not None:
+                if meta.get("mimeType") != FOLDER_MIME:
+                    raise DriveNotFound(f"The Drive item {fid} is not a folder; gdrive://<id>/... needs a folder id.")
+                return meta["id"], rest, first
+        return "root", text, ""
+
     def whoami(self) -> str:
         user = self.about().get("user", {})
         return f"{user.get('displayName', '?')} <{user.get('emailAddress', '?')}>"
 
     def list(self, q: str, what: str) -> list[dict]:
-        items = retrying(lambda: self.drive.ListFile({"q": q, "maxResults": 1000}).GetList(), what)
-        return [dict(f) for f in items]
+        """Every item matching ``q``: all pages, following ``nextPageToken`` until Drive gives none (a page
+        may be short, even empty, before the end). Each page is retried on its own."""
+        items: list[dict] = []
+        token, pages = None, 0
+        while True:
+            params = {"q": q, "maxResults": PAGE_SIZE, "supportsAllDrives": True, "includeItemsFromAllDrives": True}
+            if token:
+                params["pageToken"] = token
+            page = retrying(lambda params=params: self.auth.service.files().list(**params).execute(http=self.http()),
+                            what if not pages else f"{what} (page {pages + 1})")
+            items.extend(page.get("items") or [])
+            pages += 1
+            token = page.get("nextPageToken")
+            if not token:
+                return items
 
     def children(self, parent_id: str, *, title: str | None = None, folders: bool | None = None) -> list[dict]:
-        """Non-trashed children, oldest first (createdDate, then id: deterministic)."""
+        """Non-trashed children, oldest first (createdDate, then id: deterministic); ``title``: exactly that
+        name, case included."""
         q = f"'{_q(parent_id)}' in parents and trashed = false"
         if title is not None:
             q += f" and title = '{_q(title)}'"
         if folders is not None:
             q += f" and mimeType {'=' if folders else '!='} '{FOLDER_MIME}'"
         items = self.list(q, f"listing folder {parent_id}")
+        if title is not None:   # Drive's `title =` ignores case ('runs' finds "Runs"): names are case-sensitive here
+            items = [i for i in items if i.get("title") == title]
         return sorted(items, key=lambda f: (f.get("createdDate", ""), f["id"]))
 
     def pick(self, items: list[dict], where: str) -> dict | None:
@@ -194,22 +312,73 @@ class DriveClient:
         retrying(lambda: f.FetchMetadata(), f"reading Drive item {file_id}")
         return dict(f)
 
+    def resolve(self, item: dict, where: str) -> dict | None:
+        """A shortcut's target (its metadata under the shortcut's name); any other item as it is. None, with
+        a warning, when the target is gone, trashed or not visible to this account."""
+        if item.get("mimeType") != SHORTCUT_MIME:
+            return item
+        target_id = (item.get("shortcutDetails") or {}).get("targetId")
+        target = None
+        if target_id:
+            try:
+                target = self.get(target_id)
+            except DriveNotFound:
+                target = None
+        if target is None or (target.get("labels") or {}).get("trashed"):
+            log.warning("colabkit: the shortcut %s/%s (Drive id %s) points to an item that is gone or not shared "
+                        "with %s; skipped", where, item.get("title"), item.get("id"), self.whoami())
+            return None
+        return {**target, "title": item["title"], "shortcutId": item["id"]}
+
     def folder(self, path: str, *, create: bool, root: str = "root") -> str | None:
-        """The id of a folder path below ``root``; None when missing and not ``create``."""
+        """The id of a folder path below ``root``; None when missing and not ``create``. A shortcut to a
+        folder (how a folder someone shared shows in My Drive) stands for that folder."""
         parent, where = root, "My Drive" if root == "root" else root
         for part in [p for p in path.split("/") if p]:
-            found = self.pick(self.children(parent, title=part, folders=True), where)
+            found = self.pick([i for i in self.children(parent, title=part) if _is_folder_like(i)], where)
+            if found is not None and found.get("mimeType") == SHORTCUT_MIME:
+                target = self.resolve(found, where)
+                if target is None or target.get("mimeType") != FOLDER_MIME:
+                    raise DriveNotFound(f"{where}/{part} on Google Drive is a shortcut to a folder that is gone or "
+                                        f"not shared with {self.whoami()}; remove the shortcut or ask for access.")
+                found = target
             if found is None:
                 if not create:
                     return None
-                found = self.mkdir(parent, part)
+                found = self._settle(parent, part, self.mkdir(parent, part), where)
             parent, where = found["id"], f"{where}/{part}"
         return parent
 
+    def _settle(self, parent_id: str, title: str, mine: dict, where: str) -> dict:
+        """After making the folder ``mine``: when another process made a same-named one first (a lagging listing
+        hid it from both), use the oldest and remove ours while it is still empty."""
+        if CREATE_CHECK_S <= 0:
+            return mine
+        time.sleep(CREATE_CHECK_S)
+        twins = [i for i in self.children(parent_id, title=title, folders=True)]
+        if not twins or twins[0]["id"] == mine["id"] or mine["id"] not in {t["id"] for t in twins}:
+            return mine
+        first = twins[0]
+        if not self.children(mine["id"]):
+            self.delete(mine["id"])
+        log.info("colabkit: %s/%s was made at the same time by another process; using the first one (%s)",
+                 where, title, first["id"])
+        return first
+
     def mkdir(self, parent_id: str, title: str) -> dict:
-        f = self.drive.CreateFile({"title": title, "mimeType": FOLDER_MIME, "parents": [{"id": parent_id}]})
-        retrying(lambda: f.Upload(), f"creating folder {title!r}")
-        return dict(f)
+        """A new folder. A create is not idempotent: after a failed attempt (whose answer may be all that was
+        lost) the folder is looked for before it is made again, so a retry does not make a second one."""
+        def create():
+            f = self.drive.CreateFile({"title": title, "mimeType": FOLDER_MIME, "parents": [{"id": parent_id}]})
+            f.Upload()
+            return dict(f)
+
+        def made():
+            try:
+                return self.pick(self.children(parent_id, title=title, folders=True), f"Drive folder {parent_id}")
+            except DriveError:
+                return None
+        return retrying(create, f"creating folder {title!r}", already=made)
 
     def delete(self, file_id: str) -> None:
         f = self.drive.CreateFile({"id": file_id})
@@ -260,17 +429,60 @@ class DriveClient:
         self.download(file_id, buf, what=what)
         return buf.getvalue()
 
-    def walk(self, folder_id: str, prefix: str = "") -> dict[str, dict]:
-        """rel path -> newest file metadata, for every file below a folder."""
+    def walk(self, folder_id: str, prefix: str = "", *, where: str | None = None, _seen=None) -> dict[str, dict]:
+        """rel path -> newest file metadata, for every file below a folder. Items whose Drive name is not a
+        safe local file name (see unsafe_name) are left out, each with a warning naming it. Shortcuts stand
+        for their targets (a folder's files, or a file's bytes under the shortcut's name); a shortcut back to
+        a folder already being walked is skipped."""
         found: dict[str, list] = {}
+        where = where or f"Drive folder {folder_id}"
+        seen = (_seen or set()) | {folder_id}
         for item in self.children(folder_id):
+            why = unsafe_name(item["title"])
+            if why:
+                kind = "folder" if item.get("mimeType") == FOLDER_MIME else "file"
+                log.warning("colabkit: skipped the %s %s/%s%s (Drive id %s): %s", kind, where, prefix,
+                            item["title"], item["id"], why)
+                continue
             rel = f"{prefix}{item['title']}"
+            item = self.resolve(item, f"{where}/{prefix}".rstrip("/"))
+            if item is None:
+                continue
             if item.get("mimeType") == FOLDER_MIME:
-                for sub_rel, sub in self.walk(item["id"], rel + "/").items():
+                if item["id"] in seen:
+                    log.warning("colabkit: skipped the shortcut %s/%s: it points back to a folder above it",
+                                where, rel)
+                    continue
+                for sub_rel, sub in self.walk(item["id"], rel + "/", where=where, _seen=seen).items():
                     found.setdefault(sub_rel, []).append(sub)
+            elif str(item.get("mimeType", "")).startswith(GOOGLE_APPS):
+                kind = _NATIVE.get(item["mimeType"], item["mimeType"])
+                log.warning("colabkit: skipped %s/%s: it is a %s, which has no file to download (Drive answers "
+                            "fileNotDownloadable); download it from Drive as a file into the folder to include it",
+                            where, rel, kind)
             else:
                 found.setdefault(rel, []).append(item)
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}
+
+
+_ID = re.compile(r"[-\w]{25,}|0A[-\w]{14,}")   # Drive ids: files and folders (28-44 characters), shared drives ("0A...")
+
+
+def _is_folder_like(item: dict) -> bool:
+    return item.get("mimeType") == FOLDER_MIME or (
+        item.get("mimeType") == SHORTCUT_MIME and (item.get("shortcutDetails") or {}).get("targetMimeType") == FOLDER_MIME)
+
+
+def unsafe_name(title) -> str | None:
+    """Why a Drive name cannot be one local path component (None when it can). Drive allows any title, "/",
+    "..", "." and "" included; joined onto a local folder those would nest or escape it."""
+    if not isinstance(title, str) or title in ("", ".", ".."):
+        return f"{title!r} is not a usable file name"
+    if "/" in title or "\\" in title:
+        return "its name contains a slash, which a local path would read as a folder"
+    if "\0" in title:
+        return "its name contains a NUL character"
+    return None
 
 
 def _q(text: str) -> str:
@@ -316,7 +528,8 @@ def _load_credentials(path: Path):
         raise DriveAuthError(f"{path} is not a Google credentials JSON file; run `colabkit drive login`.") from None
     if kind == "service_account":
         gauth = GoogleAuth(settings={"client_config_backend": "service", "oauth_scope": SCOPES,
-                                     "service_config": {"client_json_dict": data, "client_user_email": None}})
+                                     "service_config": {"client_json_dict": data, "client_user_email": None}},
+                           http_timeout=TIMEOUT_S)
         try:
             gauth.ServiceAuth()
         except Exception as exc:  # noqa: BLE001 - malformed keys raise many kinds
@@ -330,7 +543,8 @@ def _load_credentials(path: Path):
             raise DriveAuthError(f"{path} does not hold saved Drive credentials; run `colabkit drive login`.") from None
         gauth = GoogleAuth(settings={"client_config_backend": "settings", "oauth_scope": SCOPES,
                                      "client_config": {"client_id": getattr(creds, "client_id", ""),
-                                                       "client_secret": getattr(creds, "client_secret", "")}})
+                                                       "client_secret": getattr(creds, "client_secret", "")}},
+                           http_timeout=TIMEOUT_S)
         gauth.credentials = creds
     return gauth, kind
 
@@ -357,7 +571,7 @@ def connect(settings: _config.Settings | None = None, *, fresh: bool = False) ->
         except Exception as exc:  # noqa: BLE001 - pydrive2's own auth errors
             raise DriveAuthError(f"Google Drive sign-in with {path} failed ({exc}). Run `colabkit drive login` "
                                  f"again.") from None
-        client = DriveClient(gauth, str(path))
+        client = DriveClient(gauth, str(path), kind)
         _CLIENTS[key] = client
         return client
 
@@ -399,8 +613,17 @@ def login(*, service_account=None, client_secrets=None, code_input=input, out=pr
         src = Path(client_secrets).expanduser()
         if not src.is_file():
             raise FileNotFoundError(f"The OAuth client file {src} does not exist.")
+        try:
+            kinds = set(json.loads(src.read_bytes()))
+        except (ValueError, TypeError):
+            kinds = set()
+        if "web" in kinds and "installed" not in kinds:   # Google would answer redirect_uri_mismatch
+            raise ValueError(f"{src} is an OAuth client of type \"Web application\"; sign-in from a notebook or a "
+                             f"terminal needs one of type \"Desktop app\" (Google would refuse the sign-in with "
+                             f"redirect_uri_mismatch). In the Google Cloud console: APIs & Services > Credentials > "
+                             f"Create credentials > OAuth client ID > Desktop app, then download its JSON.")
         gauth = GoogleAuth(settings={"client_config_backend": "file", "client_config_file": str(src),
-                                     "oauth_scope": SCOPES, "get_refresh_token": True})
+                                     "oauth_scope": SCOPES, "get_refresh_token": True}, http_timeout=TIMEOUT_S)
         try:
             gauth.GetFlow()
         except Exception as exc:  # noqa: BLE001
@@ -424,7 +647,10 @@ def login(*, service_account=None, client_secrets=None, code_input=input, out=pr
         write_private(path, gauth.credentials.to_json().encode())
     forget_clients()
     try:
-        return connect(settings).whoami()
+        client = connect(settings)
+        if client.has_no_storage():
+            out(f"Note: {client.whoami()} is a service account without Drive storage of its own. {NO_STORAGE_HELP}")
+        return client.whoami()
     except DriveError:
         if old is not None:
             write_private(path, old)

@@ -28,6 +28,8 @@ _ID = r"[-\w]{10,}"
 _FOLDER_PATHS = (rf"^/drive/(?:u/\d+/)?folders/({_ID})/?$", r"^/embeddedfolderview$")
 _FILE_PATHS = (rf"^/file/(?:u/\d+/)?d/({_ID})(?:/(?:view|edit|preview))?/?$", r"^/(?:uc|open|download)$")
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+TIMEOUT_S = 60.0   # a share-link request whose server stays silent this long fails (gdown's timeout)
+RETRIES = 3        # and is tried again this many times (gdown's retries: timeouts and dropped connections)
 _SAFE_CHECKPOINT_FILE = re.compile(r"^(arrays\.npz|state\.json|tf/ckpt\.index|tf/ckpt\.data-\d{5}-of-\d{5})$")
 
 
@@ -74,19 +76,26 @@ def _download(kind: str, file_id: str, into: Path, *, quiet: bool) -> Path:
     except ImportError:  # older gdown
         DownloadError = FileURLRetrievalError
     what = f"shared {kind} {file_id}"
+    import inspect
+    accepted = inspect.signature(gdown.download).parameters
+    extra = {k: v for k, v in (("timeout", TIMEOUT_S), ("retries", RETRIES)) if k in accepted}
     try:
         if kind == "folder":
             target = into / "folder"
-            files = gdown.download_folder(id=file_id, output=str(target), quiet=quiet)
+            files = gdown.download_folder(id=file_id, output=str(target), quiet=quiet, **extra)
             if files is None:
                 raise LinkError(f"Google Drive would not list the {what}")
             return target
-        out = gdown.download(id=file_id, output=str(into) + os.sep, quiet=quiet)
+        out = gdown.download(id=file_id, output=str(into) + os.sep, quiet=quiet, **extra)
         if not out:
             raise LinkError(f"Google Drive returned nothing for the {what}")
         return Path(out)
     except (FileURLRetrievalError, DownloadError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "too many users" in str(exc).lower():     # Google's download quota for a popular shared file
+            raise LinkError(f"Google Drive is refusing the {what} for now: too many users have viewed or downloaded "
+                            f"it recently (Google's download quota for shared files). Try again later (often "
+                            f"within 24 hours), or make a copy in your own Drive and use that.") from None
         raise LinkError(f"Cannot download the {what}: it does not exist, or it is not shared as \"Anyone with "
                         f"the link\" ({first}).") from None
     except OSError as exc:
@@ -133,10 +142,30 @@ def is_archive(name) -> bool:
     return str(name).lower().endswith(ARCHIVE_SUFFIXES)
 
 
+def _check_room(archive: Path, into: Path) -> None:
+    """Refuse an archive whose members would not fit on the disk of ``into`` (a zip bomb, or just too big),
+    from the sizes its headers declare (reading a member never yields more than its header says)."""
+    try:
+        if archive.name.lower().endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                need = sum(i.file_size for i in zf.infolist())
+        else:
+            with tarfile.open(archive) as tf:
+                need = sum(m.size for m in tf.getmembers() if m.isfile())
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+        raise LinkError(f"{archive.name} is not a readable archive ({exc}).") from None
+    free = shutil.disk_usage(into).free
+    if need > free:
+        from .units import format_size
+        raise LinkError(f"{archive.name} would unpack to {format_size(need)}, and only {format_size(free)} is free at "
+                        f"{into}; refusing to extract it.")
+
+
 def extract_archive(archive: Path, into: Path) -> None:
     """Extract a .zip/.tar/.tar.gz into ``into``: regular files and folders only, no member outside it."""
     into.mkdir(parents=True, exist_ok=True)
     root = into.resolve()
+    _check_room(archive, into)
 
     def safe(name: str) -> Path:
         rel = PurePosixPath(name.replace("\\", "/"))

@@ -146,9 +146,16 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
     """(entries, is_single_file) of a gdrive:// folder or file path."""
     from . import gdrive
     client = gdrive.connect()
-    parent_path, _, last = folder.strip("/").rpartition("/")
-    parent = client.folder(parent_path, create=False) if parent_path else "root"
-    item = client.pick(client.children(parent, title=last), f"gdrive://{parent_path}") if parent else None
+    top, below, top_text = client.locate(folder)      # My Drive, a shared drive, or a folder by id
+    parent_path, _, last = below.strip("/").rpartition("/")
+    where = f"gdrive://{'/'.join(p for p in (top_text, parent_path) if p)}"
+    if not below.strip("/"):                    # the location is the shared drive or the folder id itself
+        item = client.get(top)
+    else:
+        parent = client.folder(parent_path, create=False, root=top) if parent_path else top
+        item = client.pick(client.children(parent, title=last), where) if parent else None
+    if item is not None:                        # a shortcut (a folder or file shared with you) stands for its target
+        item = client.resolve(item, where)
     if item is None:
         raise FileNotFoundError(f"gdrive://{folder} does not exist on Google Drive (or is not visible to "
                                 f"{client.whoami()}).")
@@ -161,7 +168,7 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
                      lambda m=meta: m.get("md5Checksum", ""))
     if item.get("mimeType") != gdrive.FOLDER_MIME:
         return [entry(item["title"], item)], True
-    return [entry(rel, meta) for rel, meta in sorted(client.walk(item["id"]).items())], False
+    return [entry(rel, meta) for rel, meta in sorted(client.walk(item["id"], where=f"gdrive://{folder}").items())], False
 
 
 # -- the copy ------------------------------------------------------------------------------------------

@@ -14,7 +14,16 @@ from pathlib import Path, PurePosixPath
 
 from .. import gdrive as _gdrive
 from . import manifest as _manifest
-from .folder import _NAME, LEASE_NAME, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, Listing, names_to_keep
+from .folder import (
+    _NAME,
+    LEASE_NAME,
+    CheckpointError,
+    CheckpointFolder,
+    CheckpointInfo,
+    CorruptCheckpoint,
+    Listing,
+    names_to_keep,
+)
 from .storage import remove_tree, write_bytes
 
 log = logging.getLogger("colabkit")
@@ -23,7 +32,8 @@ LISTING_LAG_S = 1.0   # Drive's listings are eventually consistent: a second loo
 
 
 class DriveApiFolder:
-    """Checkpoints in one Drive folder, addressed by a path below My Drive. Methods raise OSError (DriveError)."""
+    """Checkpoints in one Drive folder, addressed by a path below My Drive, a shared drive or a folder id (see
+    DriveClient.locate). Methods raise OSError (DriveError)."""
 
     def __init__(self, folder_path: str, client: _gdrive.DriveClient | None = None):
         self.folder_path = folder_path.strip("/")
@@ -32,6 +42,8 @@ class DriveApiFolder:
         self.name = PurePosixPath(self.folder_path).name
         self._root_id: str | None = None
         self._ids: dict[str, str] = {}        # checkpoint name -> Drive folder id (from the last listing)
+        self._rest = self.folder_path
+        self._storage_ok = False
 
     def __repr__(self):
         return f"DriveApiFolder('gdrive://{self.folder_path}')"
@@ -42,11 +54,25 @@ class DriveApiFolder:
     # -- locating --------------------------------------------------------------------------------------
     def _root(self, *, create: bool, confirm: bool = False) -> str | None:
         if self._root_id is None:
-            self._root_id = self.client.folder(self.folder_path, create=create)
+            top, rest, _ = self.client.locate(self.folder_path)
+            self._rest = rest
+            self._root_id = self.client.folder(rest, create=create, root=top)
             if self._root_id is None and confirm:   # a listing may not show a folder yet: look once more
                 time.sleep(LISTING_LAG_S)
-                self._root_id = self.client.folder(self.folder_path, create=False)
+                self._root_id = self.client.folder(rest, create=False, root=top)
         return self._root_id
+
+    def _check_storage(self, root: str) -> None:
+        """Before the first upload: a service account without storage can write only into a shared drive."""
+        if self._storage_ok or not self.client.has_no_storage():
+            self._storage_ok = True
+            return
+        if self.client.get(root).get("driveId"):
+            self._storage_ok = True
+            return
+        raise NoDriveStorage(f"Cannot upload checkpoints to {self}: {self.client.whoami()} is a service account "
+                             f"without Drive storage, and {self} is not in a shared drive (Drive would answer 403 "
+                             f"storageQuotaExceeded). {_gdrive.NO_STORAGE_HELP}")
 
     def _folders(self, *, confirm: bool = False) -> dict[str, list[dict]]:
         """Checkpoint-named folders, grouped by name, oldest first. ``confirm``: the union of two listings,
@@ -131,10 +157,11 @@ class DriveApiFolder:
             raise CorruptCheckpoint(f"{self}/{info.name} is no longer on Google Drive") from None
 
     def _files(self, info: CheckpointInfo) -> dict[str, dict]:
-        files = self.client.walk(self._folder_id(info))
+        where = f"{self}/{info.name}"
+        files = self.client.walk(self._folder_id(info), where=where)
         if set(info.manifest["files"]) - set(files):   # a listing may lag behind the upload: look once more
             time.sleep(LISTING_LAG_S)
-            files = self.client.walk(self._folder_id(info))
+            files = self.client.walk(self._folder_id(info), where=where)
         for rel, meta in info.manifest["files"].items():
             item = files.get(rel)
             if item is None:
@@ -157,6 +184,7 @@ class DriveApiFolder:
     def copy_in(self, source: CheckpointInfo, **_ignored) -> CheckpointInfo:
         """Upload a committed local checkpoint: a new Drive folder, data files, then the manifest."""
         root = self._root(create=True)
+        self._check_storage(root)
         for stale in self.client.children(root, title=source.name, folders=True):
             try:   # a retry after the manifest went up but its answer was lost: that copy is committed
                 if self._read_manifest(stale["id"], f"{self}/{source.name}").get("checksum") == \
@@ -172,7 +200,11 @@ class DriveApiFolder:
         subfolders = {"": folder["id"]}
         for rel, meta in source.manifest["files"].items():
             parent = self._subfolder(subfolders, PurePosixPath(rel).parent.as_posix())
-            uploaded = self.client.upload(Path(source.path) / rel, parent, PurePosixPath(rel).name)
+            try:
+                uploaded = self.client.upload(Path(source.path) / rel, parent, PurePosixPath(rel).name)
+            except _gdrive.DriveStorageFull as exc:     # not transient: say so, and let wait() return
+                self.client.delete(folder["id"])
+                raise NoDriveStorage(f"Cannot upload checkpoints to {self}: {exc}") from None
             if int(uploaded.get("fileSize", -1)) != meta["size"]:
                 raise _gdrive.DriveError(f"Google Drive stored {uploaded.get('fileSize')} bytes of {rel}, "
                                          f"expected {meta['size']}; the upload is retried")
@@ -249,11 +281,15 @@ class DriveApiFolder:
         """A new record, then the older ones go (Drive has no in-place overwrite through this client)."""
         import tempfile
         root = self._root(create=True)
+        self._check_storage(root)
         older = self.client.children(root, title=LEASE_NAME, folders=False)
         with tempfile.TemporaryDirectory(prefix="colabkit-lease-") as tmp:
             path = Path(tmp) / LEASE_NAME
             path.write_bytes(data)
-            self.client.upload(path, root, LEASE_NAME)
+            try:
+                self.client.upload(path, root, LEASE_NAME)
+            except _gdrive.DriveStorageFull as exc:     # not transient: say so, and let wait() return
+                raise NoDriveStorage(f"Cannot upload checkpoints to {self}: {exc}") from None
         for item in older:
             self.client.delete(item["id"])
 
@@ -262,11 +298,20 @@ class DriveApiFolder:
             self.client.delete(item["id"])
 
     def remove_all(self) -> None:
-        """Delete this checkpoint folder from Drive (AutoResume's delete_checkpoint=True)."""
+        """Delete this checkpoint folder from Drive (AutoResume's delete_checkpoint=True). A location that is a
+        shared drive or a folder given by id keeps that folder: only what colabkit put in it goes."""
         root = self._root(create=False)
-        if root is not None:
+        if root is not None and self._rest.strip("/"):
             self.client.delete(root)
+        elif root is not None:
+            for item in self.client.children(root):
+                if _NAME.match(item["title"]) or item["title"] == LEASE_NAME:
+                    self.client.delete(item["id"])
         self._root_id, self._ids = None, {}
+
+
+class NoDriveStorage(_gdrive.DriveStorageFull, CheckpointError):
+    """The destination cannot store files for this account (a service account outside a shared drive)."""
 
 
 class _HashSink:
@@ -283,9 +328,12 @@ class _HashSink:
 
 
 def resolve_gdrive(rest: str) -> DriveApiFolder:
-    """The ``gdrive://`` scheme handler: ``gdrive://runs/mnist`` is My Drive/runs/mnist."""
+    """The ``gdrive://`` scheme handler: ``gdrive://runs/mnist`` is My Drive/runs/mnist;
+    ``gdrive://shared:<drive name>/runs/mnist`` a path in a shared drive; ``gdrive://<folder id>/runs/mnist``
+    (or ``id:<folder id>``) a path below a folder given by its id (see DriveClient.locate)."""
     folder = rest.strip().strip("/")
-    if not folder or any(part in (".", "..") for part in folder.split("/")):
+    if not folder or any(part in (".", "..") for part in folder.split("/")) or folder in ("shared:", "id:"):
         raise ValueError(f'"gdrive://{rest}" names no usable folder; write it as "gdrive://<folder path>", '
-                         f'e.g. "gdrive://runs/mnist" (a path below My Drive).')
+                         f'e.g. "gdrive://runs/mnist" (a path below My Drive), "gdrive://shared:<shared drive '
+                         f'name>/runs/mnist" or "gdrive://<folder id>/runs/mnist".')
     return DriveApiFolder(folder)

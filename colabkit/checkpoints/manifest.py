@@ -64,6 +64,22 @@ def _framework_versions() -> dict:
     return versions
 
 
+def unsafe_path(rel) -> str | None:
+    """Why a manifest's file path could not be written safely inside the checkpoint folder (None if it can): it
+    must be relative, "/"-separated, without empty, "." or ".." parts, backslashes or NUL characters. A
+    manifest read from Drive or a shared link is untrusted input; its paths are joined onto a local folder."""
+    if not isinstance(rel, str) or not rel:
+        return "which is not a file path"
+    if rel.startswith("/") or "\\" in rel or "\0" in rel or (len(rel) > 1 and rel[1] == ":"):
+        return "which is not a relative path"
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "which would point outside the checkpoint or at a folder"
+    if rel == MANIFEST_NAME:
+        return "which is the manifest's own name"
+    return None
+
+
 def dumps(manifest: dict) -> bytes:
     return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
 
@@ -81,6 +97,10 @@ def loads(data: bytes, where: str = "manifest") -> dict:
         raise ManifestError(f"{where} does not match its own checksum; it was damaged or partly written")
     if not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("step"), int):
         raise ManifestError(f"{where} lacks its file list or step")
+    for rel in manifest["files"]:
+        why = unsafe_path(rel)
+        if why:
+            raise ManifestError(f"{where} lists the file {rel!r}, {why}; the checkpoint is not used")
     if not isinstance(manifest.get("generation", 0), int):
         raise ManifestError(f"{where} has a generation that is not a whole number")
     return manifest

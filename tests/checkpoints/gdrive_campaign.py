@@ -34,7 +34,7 @@ from tests.checkpoints.campaign import KEEP, NEVER, _content_ok, _in_child, _jud
 CYCLES = {name: campaign.CYCLES[name] for name in ("save", "restore")}   # no local-disk mount through the API
 
 KINDS = {"500": ("500", False), "503": ("503", False), "drop": ("drop", False), "drop-mid": ("drop-mid", False),
-         "stale-list": ("stale-list", False), "outage": ("503", True)}
+         "stale-list": ("stale-list", False), "outage": ("503", True), "hang": ("hang", False)}
 
 SERVER = r"""
 import json, sys
@@ -95,7 +95,7 @@ def _service_account_key(url: str) -> dict:
 def _quick_retries() -> None:
     import colabkit.gdrive as g
     from colabkit.checkpoints import uploader
-    g.BACKOFF_START, g.BACKOFF_MAX = 0.005, 0.02
+    g.BACKOFF_START, g.BACKOFF_MAX, g.CREATE_CHECK_S, g.TIMEOUT_S = 0.005, 0.02, 0.01, 0.25
     uploader.BACKOFF_START, uploader.BACKOFF_MAX = 0.005, 0.05
 
 

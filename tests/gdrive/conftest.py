@@ -53,6 +53,7 @@ def gdrive(drive_server, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(g, "BACKOFF_START", 0.01)
     monkeypatch.setattr(g, "BACKOFF_MAX", 0.05)
+    monkeypatch.setattr(g, "CREATE_CHECK_S", 0.01, raising=False)
     g.forget_clients()
     drive_server.key = key
     drive_server.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

@@ -6,8 +6,11 @@ One threaded HTTP server on 127.0.0.1 speaks:
   here), ``authorization_code`` and ``refresh_token`` grants (OAuth clients). Revoked clients get the real
   ``400 invalid_grant`` answer.
 * Drive v2 (``/drive/v2/...``, reached through googleapiclient's ``api_endpoint`` client option):
-  ``files.list`` with a ``q`` subset (``'<id>' in parents``, ``title = '...'``, ``mimeType = / != '...'``,
-  ``trashed = false|true`` joined by ``and``), paging (``maxResults``/``pageToken``); ``files.get`` (metadata,
+  ``files.list`` with a ``q`` subset (``'<id>' in parents``, ``title = '...'`` (case-insensitive, as on
+  Drive), ``mimeType = / != '...'``,
+  ``trashed = false|true`` joined by ``and``), paging (``maxResults``/``pageToken``, opaque tokens; at most
+  1000 items a page, ``server.page_cap`` lowers that; ``server.short_pages`` sends short and empty pages with a
+  ``nextPageToken`` before the end, as Drive may; ``server.pages_served`` counts answers); ``files.get`` (metadata,
   or bytes with ``alt=media`` and ``Range``); ``files.insert`` metadata-only, ``uploadType=multipart`` and
   ``uploadType=resumable`` (session URI, chunked ``PUT`` with ``Content-Range``, ``308`` + ``Range``, status
   queries ``bytes */N``); ``files.update``/``patch``; ``files.trash``; ``files.delete`` (recursive for
@@ -56,6 +59,17 @@ Kinds (``FAULT_KINDS``); what the real clients (httplib2 0.2x/0.3x, googleapicli
   gets it (with ``arm_from``: every ``files.list`` from the k-th request on). A listing with nothing to omit
   still spends the fault (``injected`` says ``omitted: None``).
 
+* ``"hang"`` (in ``ARM_KINDS``, not in ``FAULT_KINDS``): the request is read and never answered; the connection
+  closes when the server stops. ``server.stall(method=, path=, times=)`` does the same to matching requests of
+  any path (shared-link pages included), listed in ``server.stalled``.
+
+Drive's own behaviour (tests/standins/README.md says where each is documented): pages of at most 1000 items
+(``page_cap``, ``short_pages``); case-insensitive ``title =``; shortcuts (``state.add_shortcut``); Google-native
+files without bytes; a per-user quota (``server.quota(n, per_s)`` -> 403 ``userRateLimitExceeded``); listings
+that lag behind creates (``server.listing_lag_s``); shared drives (``state.add_drive``, ``supportsAllDrives``);
+accounts without storage (``server.no_quota``: 403 ``storageQuotaExceeded``); throttled share links
+(``state.throttled``).
+
 Order on one request: counting, then the armed fault, then ``fail()``'s faults, then authorisation.
 
 A request whose body stops arriving for ``server.body_timeout_s`` (5 s) is abandoned: no answer, connection
@@ -79,16 +93,40 @@ import json
 import re
 import secrets
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FOLDER = "application/vnd.google-apps.folder"
+GOOGLE_APPS = "application/vnd.google-apps."      # Google-native types: no binary content (alt=media refuses)
+SHORTCUT = "application/vnd.google-apps.shortcut"
+DOCUMENT = "application/vnd.google-apps.document"
+SPREADSHEET = "application/vnd.google-apps.spreadsheet"
 ROOT_ID = "0AROOTFOLDER" + "r" * 20
 FAULT_KINDS = ("500", "503", "drop", "drop-mid", "stale-list")
+ARM_KINDS = FAULT_KINDS + ("hang",)   # "hang": read, never answered (a client without a timeout waits forever)
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+MAX_PAGE = 1000      # files.list never returns more items per page (v2 maxResults / v3 pageSize)
+
+
+def _page_token(start: int, page_no: int) -> str:
+    """An opaque page token (Drive's are opaque too: a client may only hand them back)."""
+    return base64.urlsafe_b64encode(f"p{start}:{page_no}".encode()).decode().rstrip("=")
+
+
+def _read_page_token(token: str | None) -> tuple[int, int]:
+    if not token:
+        return 0, 0
+    text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    if not text.startswith("p"):
+        raise ValueError(token)
+    start, page_no = text[1:].split(":")
+    return int(start), int(page_no)
 
 
 def _error_body(code: int, reason: str, message: str) -> bytes:
@@ -107,6 +145,8 @@ class DriveState:
         self.sessions: dict[str, dict] = {}
         self._clock = itertools.count(1)
         self.public: set[str] = set()          # ids shared "anyone with the link"
+        self.drives: dict[str, dict] = {}      # shared drives: id -> {"id", "name"}
+        self.throttled: set[str] = set()       # shared ids whose link answers "Too many users have viewed..."
 
     def new_id(self) -> str:
         return "1" + secrets.token_urlsafe(24).replace("-", "x").replace("_", "y")[:32]
@@ -118,11 +158,36 @@ class DriveState:
             stamp = _now()
             meta = {"kind": "drive#file", "id": fid, "title": title, "mimeType": mime,
                     "parents": [{"id": parent, "isRoot": parent == ROOT_ID}], "labels": {"trashed": False},
-                    "createdDate": stamp, "modifiedDate": stamp, "_seq": next(self._clock)}
+                    "createdDate": stamp, "modifiedDate": stamp, "_seq": next(self._clock),
+                    "_t": time.monotonic()}
+            drive_id = self.files[parent].get("driveId") if parent in self.files else None
+            if drive_id:                                  # an item in a shared drive belongs to that drive
+                meta["driveId"] = drive_id
             self.files[fid] = meta
-            if mime != FOLDER:
+            if not mime.startswith(GOOGLE_APPS):      # Docs, Sheets, shortcuts, folders: no bytes, no size/md5
                 self.set_content(fid, data or b"")
             return self.public_meta(fid)
+
+    def add_drive(self, name: str) -> str:
+        """A shared drive (Workspace): its id (19 characters from "0A", like Drive's) is also the id of its top
+        folder, which has no parent; everything made below it carries ``driveId`` and belongs to the drive."""
+        with self.lock:
+            did = "0A" + secrets.token_urlsafe(12).replace("-", "x").replace("_", "y")[:11] + "Uk9PVA"
+            self.drives[did] = {"kind": "drive#drive", "id": did, "name": name}
+            stamp = _now()
+            self.files[did] = {"kind": "drive#file", "id": did, "title": name, "mimeType": FOLDER, "parents": [],
+                               "labels": {"trashed": False}, "createdDate": stamp, "modifiedDate": stamp,
+                               "driveId": did, "_seq": next(self._clock), "_t": time.monotonic()}
+            return did
+
+    def add_shortcut(self, title: str, target: str, parent: str = ROOT_ID) -> dict:
+        """A shortcut (what "Add shortcut to Drive" on a shared folder makes): no content, its own id, and
+        ``shortcutDetails`` naming the target; the target's type is captured when the shortcut is made."""
+        with self.lock:
+            meta = self.add(title, parent, mime=SHORTCUT)
+            target_mime = self.files[target]["mimeType"] if target in self.files else "application/octet-stream"
+            self.files[meta["id"]]["shortcutDetails"] = {"targetId": target, "targetMimeType": target_mime}
+            return self.public_meta(meta["id"])
 
     def set_content(self, fid: str, data: bytes) -> None:
         self.content[fid] = data
@@ -178,6 +243,9 @@ def parse_q(q: str):
         elif field == "trashed":
             want = (boolean or text) == "true"
             tests.append(lambda f, want=want, op=op: (f["labels"]["trashed"] == want) == (op == "="))
+        elif field == "title":   # Drive compares names without regard to case: 'runs' finds "Runs"
+            value = _unquote(text).casefold()
+            tests.append(lambda f, value=value, op=op: (f["title"].casefold() == value) == (op == "="))
         else:
             value = _unquote(text)
             tests.append(lambda f, field=field, value=value, op=op: (f[field] == value) == (op == "="))
@@ -200,6 +268,9 @@ class DriveServer(ThreadingHTTPServer):
         self.requests: list[tuple[str, str]] = []
         self.upload_bytes = 0
         self.slow_chunk_s = 0.0
+        self.page_cap: int | None = None   # files.list pages hold at most this many items (Drive: 1000)
+        self.short_pages = False        # every other page short or empty, with a nextPageToken (Drive may)
+        self.pages_served = 0           # files.list answers sent
         self.body_timeout_s = 5.0       # a request body that stops arriving this long is abandoned (see _body)
         self._lock = threading.Lock()
         self.count = 0                               # counted (Drive API) requests since arm/reset_count
@@ -207,6 +278,15 @@ class DriveServer(ThreadingHTTPServer):
         self.injected: list[tuple] = []              # armed faults that fired: (n, kind, method, path[, what])
         self.abandoned: list[tuple] = []             # (n or None, method, path) of requests whose body never came
         self._armed: dict | None = None              # {"k", "kind", "from": bool}
+        self.no_quota: set[str] = set()   # accounts (service-account emails) without storage of their own
+        self.listing_lag_s = 0.0        # files.list leaves out items created less than this long ago (files.get sees them)
+        self.quota_requests: int | None = None   # quota(): Drive API requests allowed per quota_window_s
+        self.quota_window_s = 60.0
+        self._quota_times: list[float] = []
+        self.rate_limited = 0                     # requests answered 403 userRateLimitExceeded by the quota
+        self.stalls: list[dict] = []     # stall(): requests read and never answered
+        self.stalled: list[tuple[str, str]] = []
+        self._stopping = threading.Event()
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property
@@ -218,6 +298,7 @@ class DriveServer(ThreadingHTTPServer):
         return self
 
     def stop(self):
+        self._stopping.set()            # stalled requests end (their connections close unanswered)
         self.shutdown()
         self.server_close()
 
@@ -226,6 +307,44 @@ class DriveServer(ThreadingHTTPServer):
         reason = reason or {403: "rateLimitExceeded", 429: "rateLimitExceeded"}.get(status, "backendError")
         with self._lock:
             self.faults.append({"status": status, "method": method, "path": path, "reason": reason, "times": times})
+
+    def quota(self, requests: int | None, per_s: float = 60.0) -> None:
+        """Drive's per-user quota: at most ``requests`` Drive API requests in any ``per_s`` seconds (Drive's
+        window is a minute); the others get 403 ``userRateLimitExceeded`` and are not counted. None: no quota."""
+        with self._lock:
+            self.quota_requests, self.quota_window_s, self._quota_times = requests, per_s, []
+
+    def take_quota(self) -> bool:
+        """True when this request fits in the quota (and is counted against it)."""
+        import time
+        with self._lock:
+            if self.quota_requests is None:
+                return True
+            now = time.monotonic()
+            self._quota_times = [t for t in self._quota_times if now - t < self.quota_window_s]
+            if len(self._quota_times) >= self.quota_requests:
+                self.rate_limited += 1
+                return False
+            self._quota_times.append(now)
+            return True
+
+    def stall(self, *, method: str | None = None, path: str | None = None, times: int = 1) -> None:
+        """The next ``times`` matching requests (any path, shared-link pages included: ``path`` is a substring)
+        are read and never answered, as a half-open connection or a hung front end: the client waits until
+        its own timeout. The connection closes when the server stops."""
+        with self._lock:
+            self.stalls.append({"method": method, "path": path, "times": times})
+
+    def take_stall(self, method: str, path: str) -> bool:
+        with self._lock:
+            for stall in self.stalls:
+                if stall["method"] in (None, method) and (stall["path"] is None or stall["path"] in path):
+                    stall["times"] -= 1
+                    if stall["times"] <= 0:
+                        self.stalls.remove(stall)
+                    self.stalled.append((method, path))
+                    return True
+        return False
 
     def take_fault(self, method: str, path: str):
         with self._lock:
@@ -247,8 +366,8 @@ class DriveServer(ThreadingHTTPServer):
         self._arm(k, kind, outage=True)
 
     def _arm(self, k: int, kind: str, *, outage: bool) -> None:
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {kind!r}; one of {FAULT_KINDS}")
+        if kind not in ARM_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; one of {ARM_KINDS}")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k={k!r}: the first request counted from now is k=1")
         with self._lock:
@@ -294,6 +413,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True   # headers and body go out in two writes: no 40 ms delayed-ACK stall
     _stale: int | None = None        # the request number of an armed "stale-list" this request is
+    _who: str | None = None          # the account the request's token was issued to
+    _query: dict = {}                # this request's query parameters (read only)  # noqa: RUF012
     server: DriveServer
 
     def log_message(self, *args):  # quiet
@@ -335,6 +456,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         body = self._body()
+        self._query = query
         self.server.requests.append((self.command, url.path))
         path = url.path
         n, kind = 0, None
@@ -345,6 +467,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.abandoned.append((n if n else None, self.command, path))
             if kind is not None:
                 self.server.injected.append((n, kind, self.command, path, "body incomplete: no answer anyway"))
+            self.close_connection = True
+            return None
+        if kind == "hang" or self.server.take_stall(self.command, path):
+            if kind == "hang":
+                self.server.injected.append((n, kind, self.command, path))
+            self.server._stopping.wait()               # never answers; closed when the server stops
             self.close_connection = True
             return None
         if kind in ("500", "503"):
@@ -389,6 +517,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path in ("/uc", "/embeddedfolderview"):
             return self._shared(path, query)
         if path.startswith(("/drive/v2/", "/upload/drive/v2/")):
+            if not self.server.take_quota():
+                return self._error(403, "userRateLimitExceeded", "User Rate Limit Exceeded")
             fault = self.server.take_fault(self.command, path)
             if fault:
                 return self._error(fault["status"], fault["reason"], f"injected {fault['status']}")
@@ -396,6 +526,7 @@ class _Handler(BaseHTTPRequestHandler):
             who = self.server.tokens.get(auth[7:]) if auth.startswith("Bearer ") else None
             if who is None or who in self.server.revoked:     # revoking also voids issued access tokens
                 return self._error(401, "authError", "Invalid Credentials")
+            self._who = who
             with self.server.state.lock:
                 return self._drive(path, query, body)
         return self._send(404, b"<html><title>Not Found</title></html>", "text/html")
@@ -443,6 +574,14 @@ class _Handler(BaseHTTPRequestHandler):
             meta = state.files.get(fid)
             visible = meta is not None and fid in state.public and not meta["labels"]["trashed"]
             if path == "/uc":
+                if visible and fid in state.throttled:     # Google's download quota for a popular shared file
+                    page = (b"<html><head><title>Google Drive - Quota exceeded</title></head><body>"
+                            b"<p class=\"uc-error-caption\">Sorry, you can't view or download this file at this time."
+                            b"</p>\n<p class=\"uc-error-subcaption\">Too many users have viewed or downloaded this "
+                            b"file recently. Please try accessing the file again later. If the file you are trying "
+                            b"to access is particularly large or is shared with many people, it may take up to 24 "
+                            b"hours to be able to view or download the file.</p></body></html>")
+                    return self._send(200, page, "text/html; charset=utf-8")
                 if not visible or meta["mimeType"] == FOLDER:
                     page = b"<html><head><title>Google Drive - Page Not Found</title></head><body>" \
                            b"<p class=\"uc-error-subcaption\">Sorry, the file you have requested does not " \
@@ -471,9 +610,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _drive(self, path: str, query: dict, body: bytes):
         state = self.server.state
         if path == "/drive/v2/about":
+            own = self._who not in self.server.no_quota     # a service account's storage quota is 0 bytes
             return self._json(200, {"kind": "drive#about", "name": self.server.user["displayName"],
                                     "user": {"kind": "drive#user", **self.server.user},
-                                    "rootFolderId": ROOT_ID})
+                                    "rootFolderId": ROOT_ID, "quotaType": "LIMITED",
+                                    "quotaBytesTotal": str(15 << 30) if own else "0", "quotaBytesUsed": "0"})
+        if path == "/drive/v2/drives" and self.command == "GET":
+            m = re.fullmatch(r"\s*name\s*=\s*'((?:[^'\\]|\\.)*)'\s*", query.get("q", "")) if query.get("q") else None
+            items = [d for d in state.drives.values()
+                     if m is None or d["name"].casefold() == _unquote(m.group(1)).casefold()]
+            return self._json(200, {"kind": "drive#driveList", "items": items})
         if path.startswith("/upload/drive/v2/files"):
             return self._upload(path, query, body)
         m = re.match(r"^/drive/v2/files(?:/([^/]+))?(?:/(trash|untrash))?$", path)
@@ -490,6 +636,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(405, "badMethod", self.command)
         if fid != ROOT_ID and fid not in state.files:
             return self._error(404, "notFound", f"File not found: {fid}")
+        if fid != ROOT_ID and state.files[fid].get("driveId") and query.get("supportsAllDrives") != "true":
+            return self._error(404, "notFound", f"File not found: {fid}")   # shared-drive items need the flag
         if fid == ROOT_ID:
             return self._json(200, {"kind": "drive#file", "id": ROOT_ID, "title": "My Drive", "mimeType": FOLDER,
                                     "parents": [], "labels": {"trashed": False}})
@@ -514,17 +662,30 @@ class _Handler(BaseHTTPRequestHandler):
             match = parse_q(query.get("q", ""))
         except ValueError as exc:
             return self._error(400, "invalid", f"Invalid query: {exc}")
-        items = sorted((m for m in state.files.values() if match(m)), key=lambda m: m["_seq"])
+        lag, now = self.server.listing_lag_s, time.monotonic()
+        all_drives = query.get("supportsAllDrives") == "true" and query.get("includeItemsFromAllDrives") == "true"
+        items = sorted((m for m in state.files.values() if match(m) and now - m["_t"] >= lag
+                        and (all_drives or not m.get("driveId"))),
+                       key=lambda m: m["_seq"])   # items younger than listing_lag_s are not listed yet
         if self._stale is not None:          # an armed "stale-list": the newest match is not listed yet
             n, self._stale = self._stale, None
             omitted = items.pop()["id"] if items else None
             self.server.injected.append((n, "stale-list", self.command, "/drive/v2/files", f"omitted: {omitted}"))
-        size = int(query.get("maxResults") or 100)
-        start = int(query.get("pageToken") or 0)
+        # Drive caps a page at 1000 items whatever maxResults asks for, and "partial or empty result pages are
+        # possible even before the end of the files list has been reached" (maxResults in the v2 discovery
+        # document): page_cap lowers the cap, short_pages makes every other page short or empty
+        size = min(int(query.get("maxResults") or 100), MAX_PAGE, self.server.page_cap or MAX_PAGE)
+        try:
+            start, page_no = _read_page_token(query.get("pageToken"))
+        except ValueError:
+            return self._error(400, "invalid", "Invalid Value")
+        if self.server.short_pages and page_no % 2 == 1:
+            size = (page_no // 2) % 2 * max(1, size // 3)      # 0 items, then a third of a page, ...
         page = [state.public_meta(m["id"]) for m in items[start:start + size]]
         result = {"kind": "drive#fileList", "items": page}
-        if start + size < len(items):
-            result["nextPageToken"] = str(start + size)
+        if start + size < len(items) or (self.server.short_pages and page_no % 2 == 0 and start < len(items)):
+            result["nextPageToken"] = _page_token(start + size, page_no + 1)
+        self.server.pages_served += 1
         return self._json(200, result)
 
     def _media(self, fid: str):
@@ -554,6 +715,22 @@ class _Handler(BaseHTTPRequestHandler):
             target["labels"]["trashed"] = bool(meta["labels"]["trashed"])
         target["modifiedDate"] = _now()
 
+    def _refuse_create(self, meta: dict):
+        """The error answer for a create Drive refuses (None: allowed): a parent in a shared drive without
+        supportsAllDrives=true (404), a file (not a folder) that an account without storage would own (403)."""
+        state = self.server.state
+        parent = ((meta.get("parents") or [{"id": ROOT_ID}])[0]["id"])
+        parent = ROOT_ID if parent == "root" else parent
+        in_drive = parent in state.files and state.files[parent].get("driveId")
+        if in_drive and self._query.get("supportsAllDrives") != "true":
+            return self._error(404, "notFound", f"File not found: {parent}")
+        if meta.get("mimeType") != FOLDER and not in_drive and self._who in self.server.no_quota:
+            return self._error(403, "storageQuotaExceeded", "Service Accounts do not have storage quota. Leverage "
+                               "shared drives (https://developers.google.com/workspace/drive/api/guides/about-"
+                               "shareddrives), or use OAuth delegation (http://support.google.com/a/answer/7281227) "
+                               "instead.")
+        return None
+
     def _insert(self, meta: dict, data: bytes | None):
         state = self.server.state
         parents = meta.get("parents") or [{"id": ROOT_ID}]
@@ -561,8 +738,16 @@ class _Handler(BaseHTTPRequestHandler):
         parent = ROOT_ID if parent == "root" else parent
         if parent != ROOT_ID and parent not in state.files:
             return self._error(404, "notFound", f"File not found: {parent}")
-        created = state.add(meta.get("title") or "Untitled", parent,
-                            mime=meta.get("mimeType") or "application/octet-stream", data=data)
+        mime = meta.get("mimeType") or "application/octet-stream"
+        refused = self._refuse_create(meta)
+        if refused:
+            return refused
+        if mime == SHORTCUT:
+            target = (meta.get("shortcutDetails") or {}).get("targetId")
+            if target not in state.files:
+                return self._error(400, "shortcutTargetInvalid", "The shortcut target is invalid.")
+            return self._json(200, state.add_shortcut(meta.get("title") or "Untitled", target, parent))
+        created = state.add(meta.get("title") or "Untitled", parent, mime=mime, data=data)
         return self._json(200, created)
 
     def _upload(self, path: str, query: dict, body: bytes):
@@ -586,9 +771,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._insert(meta, data)
         if kind == "resumable":
             meta = json.loads(body or b"{}")
+            refused = None if fid else self._refuse_create(meta)
+            if refused:
+                return refused
             upload_id = secrets.token_urlsafe(12)
             total = self.headers.get("X-Upload-Content-Length")
-            state.sessions[upload_id] = {"meta": meta, "fid": fid, "data": bytearray(),
+            state.sessions[upload_id] = {"meta": meta, "fid": fid, "data": bytearray(), "query": dict(query),
                                          "total": int(total) if total else None}
             location = f"{self.server.root_url}/upload/drive/v2/files?uploadType=resumable&upload_id={upload_id}"
             return self._send(200, b"", headers={"Location": location})
@@ -626,6 +814,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._apply_metadata(session["fid"], session["meta"])
                 state.set_content(session["fid"], bytes(data))
                 return self._json(200, state.public_meta(session["fid"]))
+            self._query = session["query"]          # the flags the session was opened with
             return self._insert(session["meta"], bytes(data))
         headers = {"Range": f"bytes=0-{len(data) - 1}"} if data else {}
         return self._send(308, b"", headers=headers)

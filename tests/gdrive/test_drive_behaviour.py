@@ -1,0 +1,401 @@
+"""gdrive://, staging and checkpoints against Drive as it really behaves (issue 17): pages, names, shortcuts,
+Google-native files, timeouts, quotas, lagging listings, shared drives. Each test states the real behaviour the
+stand-in reproduces; tests/standins/README.md names the source."""
+import logging
+import os
+
+import numpy as np
+import pytest
+from drive_api import FOLDER, ROOT_ID
+
+import colabkit
+import colabkit.gdrive as g
+from colabkit.checkpoints.gdrive import DriveApiFolder
+
+
+def dataset(server, path, files: dict, parent=ROOT_ID):
+    """Make the folders of ``path`` below ``parent`` and the files {rel: bytes} in the last one; its id."""
+    state = server.state
+    for part in [p for p in path.split("/") if p]:
+        found = [m for m in state.children(parent) if m["title"] == part and m["mimeType"] == FOLDER]
+        parent = found[0]["id"] if found else state.add(part, parent, mime=FOLDER)["id"]
+    top = parent
+    for rel, data in files.items():
+        parent = top
+        *dirs, name = rel.split("/")
+        for d in dirs:
+            found = [m for m in state.children(parent) if m["title"] == d and m["mimeType"] == FOLDER]
+            parent = found[0]["id"] if found else state.add(d, parent, mime=FOLDER)["id"]
+        state.add(name, parent, data=data)
+    return top
+
+
+def staged(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# -- 1. every page -----------------------------------------------------------------------------------------
+def test_a_listing_follows_every_page_token_through_short_and_empty_pages(gdrive, tmp_path):
+    files = {f"img/{i:03d}.bin": os.urandom(10 + i) for i in range(23)} | {"labels.csv": b"a,b\n"}
+    dataset(gdrive, "data/set", files)
+    gdrive.page_cap, gdrive.short_pages = 4, True     # Drive may send pages shorter than asked, even empty
+    out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+    assert staged(out) == files
+    assert gdrive.pages_served > 8
+
+
+def test_a_folder_of_more_than_a_thousand_files_lists_whole(gdrive):
+    state = gdrive.state
+    folder = state.add("big", mime=FOLDER)["id"]
+    for i in range(1005):
+        state.add(f"f{i:04d}", folder, data=b"")
+    client = g.connect()
+    assert len(client.children(folder)) == 1005       # Drive's page holds at most 1000 whatever is asked
+
+
+def test_checkpoint_listings_see_every_checkpoint_across_pages(gdrive, tmp_path):
+    with colabkit.Checkpoints("gdrive://runs/p", local_dir=tmp_path / "local", keep=10) as ckpt:
+        for step in (1, 2, 3, 4):
+            ckpt.save(step, {"w": np.full(3, step)}, wait=True)
+    gdrive.page_cap, gdrive.short_pages = 1, True
+    assert [c.step for c in DriveApiFolder("runs/p", g.connect(fresh=True)).committed()] == [1, 2, 3, 4]
+
+
+# -- 2. names that are not safe local paths ---------------------------------------------------------------
+def test_staging_skips_drive_names_that_would_escape_or_nest_and_names_each(gdrive, tmp_path, caplog):
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"ok/1.bin": b"one", "2.bin": b"two"})
+    up = state.add("..", top, mime=FOLDER)["id"]           # Drive allows a folder named ".."
+    state.add("evil.bin", up, data=b"x")
+    state.add("../escape.bin", top, data=b"y")             # and "/" inside a title
+    state.add("a/b.bin", top, data=b"z")
+    state.add(".", top, data=b"w")
+    out = tmp_path / "stage" / "out"
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        colabkit.stage("gdrive://data/set", out, quiet=True)
+    assert staged(out) == {"ok/1.bin": b"one", "2.bin": b"two"}
+    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == ["out", "out.colabkit-stage"]
+    assert not (tmp_path / "evil.bin").exists() and not (tmp_path / "stage" / "escape.bin").exists()
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 4
+    for name in ("gdrive://data/set/..", "gdrive://data/set/../escape.bin", "gdrive://data/set/a/b.bin",
+                 "gdrive://data/set/."):
+        assert any(f" {name} (Drive id" in m for m in skipped), (name, skipped)
+
+
+def test_a_checkpoint_whose_manifest_lists_a_path_outside_it_is_not_restored(gdrive, tmp_path):
+    from colabkit.checkpoints import manifest as m
+    with colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local") as ckpt:
+        ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    state = gdrive.state
+    root = state.find("runs/t")["id"]
+    evil = state.add("ckpt-000000000009-abcdef", root, mime=FOLDER)["id"]
+    payload = b"not yours"
+    import hashlib
+    files = {"../../outside.bin": {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}}
+    state.add("MANIFEST.json", evil, data=m.dumps(m.build(step=9, epoch=None, batch=None, files=files)))
+    parent = evil
+    for _ in range(2):
+        parent = state.add("..", parent, mime=FOLDER)["id"]
+    state.add("outside.bin", parent, data=payload)
+    import shutil
+    shutil.rmtree(tmp_path / "local")
+    restored = colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local").restore()
+    assert restored.step == 1
+    assert not list(tmp_path.rglob("outside.bin"))
+    with pytest.raises(m.ManifestError, match="outside"):
+        m.loads(m.dumps(m.build(step=9, epoch=None, batch=None, files=files)))
+
+
+# -- 8. Drive's `title =` ignores case; colabkit's names do not ---------------------------------------------
+def test_names_are_matched_case_sensitively_after_drives_case_blind_match(gdrive, tmp_path):
+    state = gdrive.state
+    other = state.add("Runs", mime=FOLDER)["id"]
+    state.add("a", other, mime=FOLDER)
+    with colabkit.Checkpoints("gdrive://runs/a", local_dir=tmp_path / "local") as ckpt:
+        ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    runs = [m for m in state.children(ROOT_ID) if m["title"].lower() == "runs"]
+    assert sorted(m["title"] for m in runs) == ["Runs", "runs"]
+    assert [m["title"] for m in state.children(state.find("Runs/a")["id"])] == []   # "Runs" untouched
+    assert next(m["title"] for m in state.children(state.find("runs/a")["id"])).startswith("ckpt-")
+    dataset(gdrive, "data/Set", {"x.bin": b"x"})
+    with pytest.raises(FileNotFoundError, match="gdrive://data/set"):
+        colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+
+
+# -- 4. shortcuts --------------------------------------------------------------------------------------------
+def test_a_shortcut_to_a_shared_folder_is_used_not_shadowed_by_a_new_folder(gdrive, tmp_path):
+    state = gdrive.state
+    elsewhere = state.add("someone else's drive", parent="0AOTHERUSER", mime=FOLDER)["id"]   # not in My Drive
+    shared = state.add("team-runs", elsewhere, mime=FOLDER)["id"]
+    state.add_shortcut("runs", shared)                   # "Add shortcut to Drive": My Drive/runs -> team-runs
+    with colabkit.Checkpoints("gdrive://runs/a", local_dir=tmp_path / "local") as ckpt:
+        ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    assert [m["title"] for m in state.children(ROOT_ID)] == ["runs"]      # no folder made beside the shortcut
+    a = [m for m in state.children(shared) if m["title"] == "a"]
+    assert len(a) == 1 and next(m["title"] for m in state.children(a[0]["id"])).startswith("ckpt-")
+    import shutil
+    shutil.rmtree(tmp_path / "local")
+    assert colabkit.Checkpoints("gdrive://runs/a", local_dir=tmp_path / "local").restore().step == 1
+
+
+def test_staging_follows_shortcuts_to_files_and_folders(gdrive, tmp_path, caplog):
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"own.bin": b"own"})
+    lib = state.add("library", parent="0AOTHERUSER", mime=FOLDER)["id"]
+    extra = state.add("extra", lib, mime=FOLDER)["id"]
+    state.add("e.bin", extra, data=b"extra")
+    big = state.add("big.bin", lib, data=b"big file")
+    state.add_shortcut("extra", extra, top)
+    state.add_shortcut("big-link.bin", big["id"], top)
+    state.add_shortcut("loop", top, top)                 # a shortcut back to the folder itself
+    gone = state.add("gone.bin", lib, data=b"")
+    state.add_shortcut("gone.bin", gone["id"], top)
+    state.delete(gone["id"])
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+    assert staged(out) == {"own.bin": b"own", "extra/e.bin": b"extra", "big-link.bin": b"big file"}
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "gdrive://data/set/loop" in text and "gdrive://data/set/gone.bin" in text
+    state.add_shortcut("linked", top, state.find("data")["id"])          # the dataset itself through a shortcut
+    assert staged(colabkit.stage("gdrive://data/linked", tmp_path / "out2", quiet=True)) == staged(out)
+
+
+# -- 7. Google-native files inside a dataset ---------------------------------------------------------------
+def test_google_docs_and_sheets_in_a_dataset_are_skipped_with_one_line_each(gdrive, tmp_path, caplog):
+    from drive_api import DOCUMENT, SPREADSHEET
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"a.bin": b"a", "sub/b.bin": b"b"})
+    state.add("README", top, mime=DOCUMENT)               # alt=media answers 403 fileNotDownloadable
+    state.add("labels", state.find("data/set/sub")["id"], mime=SPREADSHEET)
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+    assert staged(out) == {"a.bin": b"a", "sub/b.bin": b"b"}
+    lines = [r.getMessage() for r in caplog.records if "no file to download" in r.getMessage()]
+    assert len(lines) == 2
+    assert any("gdrive://data/set/README" in m and "Google Docs document" in m for m in lines)
+    assert any("gdrive://data/set/sub/labels" in m and "Google Sheets spreadsheet" in m for m in lines)
+    caplog.clear()                                        # a second stage is a cache hit: same entries
+    assert colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True) == out
+
+
+# -- 6. timeouts ---------------------------------------------------------------------------------------------
+def finishes(fn, within=30.0):
+    """fn()'s result, asserting it returns within ``within`` seconds (a call that hangs fails the test, not CI)."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            box["error"] = exc
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(within)
+    assert not t.is_alive(), f"still waiting after {within} s: a request without a timeout"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_a_drive_request_that_is_never_answered_times_out_and_is_retried(gdrive, tmp_path, monkeypatch):
+    monkeypatch.setattr(g, "TIMEOUT_S", 0.5, raising=False)
+    dataset(gdrive, "data/set", {"a.bin": b"a" * 1000, "b.bin": b"b"})
+    g.connect()
+    gdrive.stall(method="GET", path="/drive/v2/files", times=1)          # a listing: half-open connection
+    out = finishes(lambda: colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True))
+    assert staged(out) == {"a.bin": b"a" * 1000, "b.bin": b"b"} and gdrive.stalled
+    gdrive.arm(1, "hang")                                                # the campaign's form: the k-th request
+    assert len(finishes(lambda: g.connect().children(gdrive.state.find("data/set")["id"]))) == 2
+    assert [i[1] for i in gdrive.injected] == ["hang"]
+    gdrive.stall(method="PUT", path="/upload", times=1)                  # an upload chunk
+    gdrive.stall(method="GET", path="/drive/v2/files/", times=1)         # a download
+
+    def cycle():
+        with colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local") as ckpt:
+            assert ckpt.save(1, {"w": np.ones(3)}, wait=20)
+        import shutil
+        shutil.rmtree(tmp_path / "local")
+        return colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local").restore()
+    assert finishes(cycle, 60).step == 1
+    assert len(gdrive.stalled) == 3
+
+
+def test_a_share_link_that_is_never_answered_times_out_and_is_retried(tmp_path, links, monkeypatch):
+    from colabkit import links as L
+    monkeypatch.setattr(L, "TIMEOUT_S", 0.5, raising=False)
+    src = tmp_path / "w.bin"
+    src.write_bytes(b"weights")
+    file_id = links.file(src)
+    links.server.stall(path="/uc", times=1)
+    out = finishes(lambda: L.fetch(f"https://drive.google.com/file/d/{file_id}/view", tmp_path / "got", quiet=True))
+    assert out.read_bytes() == b"weights" and links.server.stalled
+
+
+# -- 10. quotas per minute, idempotent creates ---------------------------------------------------------------
+def test_sixteen_staging_threads_share_a_per_minute_quota_and_all_get_through(gdrive, tmp_path, monkeypatch):
+    monkeypatch.setattr(g, "RATE_WINDOW_S", 20.0, raising=False)    # retry for 20 s (150 s by default)
+    files = {f"{i:02d}.bin": os.urandom(50) for i in range(40)}
+    dataset(gdrive, "data/set", files)
+    g.connect()
+    gdrive.quota(12, per_s=2.0)                # Drive's window is a minute; 2 s here, far too few for 16 threads
+    out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True, workers=16)
+    assert staged(out) == files
+    assert gdrive.rate_limited > 16, "the quota was hit, and waited out"
+
+
+def test_a_folder_create_whose_answer_is_lost_is_not_made_twice(gdrive, tmp_path):
+    client = g.connect()
+    for k, n in ((1, 2), (2, 3)):   # the n-th request is the create (of "runs", then of "x2"): applied, answer cut
+        gdrive.arm(n, "drop-mid")
+        made = client.folder(f"runs/x{k}", create=True)
+        assert gdrive.injected[-1][1:3] == ("drop-mid", "POST")
+        titles = [m["title"] for m in gdrive.state.children(ROOT_ID)]
+        assert titles.count("runs") == 1, titles
+        inside = [m for m in gdrive.state.children(gdrive.state.find("runs")["id"])]
+        assert [m["title"] for m in inside].count(f"x{k}") == 1 and made == gdrive.state.find(f"runs/x{k}")["id"]
+
+
+# -- 9. listings lag behind creates ---------------------------------------------------------------------------
+def test_two_processes_creating_one_folder_path_under_a_lagging_listing_end_with_one(gdrive, monkeypatch):
+    import threading
+    monkeypatch.setattr(g, "CREATE_CHECK_S", 1.0, raising=False)
+    gdrive.listing_lag_s = 0.5                     # a new item is missing from listings for half a second
+    clients = [g.connect(), g.connect(fresh=True)]
+    got, barrier = [None, None], threading.Barrier(2)
+
+    def make(i):
+        barrier.wait()
+        got[i] = clients[i].folder("runs/shared", create=True)
+    threads = [threading.Thread(target=make, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    state = gdrive.state
+    runs = [m for m in state.children(ROOT_ID) if m["title"] == "runs"]
+    assert len(runs) == 1, "no twin folder is left"
+    assert [m["title"] for m in state.children(runs[0]["id"])] == ["shared"]
+    assert got[0] == got[1] == state.find("runs/shared")["id"]
+
+
+def test_pruning_under_a_lagging_listing_never_deletes_a_just_uploaded_checkpoint(gdrive, tmp_path):
+    gdrive.listing_lag_s = 1.0                     # manifests (and folders) show in listings a second late
+    with colabkit.Checkpoints("gdrive://runs/lag", local_dir=tmp_path / "local", keep=2) as ckpt:
+        for step in range(1, 6):
+            assert ckpt.save(step, {"w": np.full(3, step)}, wait=20)
+    import time
+    time.sleep(1.1)
+    steps = [c.step for c in DriveApiFolder("runs/lag", g.connect(fresh=True)).committed()]
+    assert steps[-2:] == [4, 5] and 5 in steps
+    import shutil
+    shutil.rmtree(tmp_path / "local")
+    assert colabkit.Checkpoints("gdrive://runs/lag", local_dir=tmp_path / "local").restore().step == 5
+
+
+# -- 3. service accounts: no storage of their own; shared drives and folders by id ----------------------------
+SA = "ci-bot@test-project.iam.gserviceaccount.com"     # the gdrive fixture's service account
+
+
+def test_a_service_account_without_storage_gets_a_clear_error_before_the_first_upload(gdrive, tmp_path):
+    gdrive.no_quota.add(SA)
+    ckpt = colabkit.Checkpoints("gdrive://runs/sa", local_dir=tmp_path / "local")
+    ckpt.save(1, {"w": np.ones(3)})
+    assert finishes(lambda: ckpt.wait(20)) is False            # wait() returns: no retrying forever
+    error = ckpt.status.last_error
+    assert "service account" in error and "shared drive" in error and "gdrive://shared:" in error
+    assert not [r for r in gdrive.requests if r[1].startswith("/upload/")], "refused before any upload"
+    ckpt.close()
+    with pytest.raises(g.DriveStorageFull, match="storageQuotaExceeded"):   # what Drive itself answers
+        src = tmp_path / "f.bin"
+        src.write_bytes(b"x")
+        gdrive.reset_count()
+        g.connect().upload(src, "root", "f.bin")
+    assert gdrive.count == 1, "storageQuotaExceeded is not retried"
+
+
+def test_a_service_account_writes_into_a_shared_drive_and_a_folder_given_by_id(gdrive, tmp_path):
+    import shutil
+    gdrive.no_quota.add(SA)
+    state = gdrive.state
+    team = state.add_drive("Team Drive")
+    with colabkit.Checkpoints("gdrive://shared:Team Drive/runs/a", local_dir=tmp_path / "l1") as ckpt:
+        assert ckpt.save(1, {"w": np.ones(3)}, wait=20) and ckpt.status.last_error is None
+    runs = [m for m in state.children(team) if m["title"] == "runs"]
+    assert len(runs) == 1 and runs[0]["driveId"] == team
+    shutil.rmtree(tmp_path / "l1")
+    assert colabkit.Checkpoints("gdrive://shared:Team Drive/runs/a", local_dir=tmp_path / "l1").restore().step == 1
+    folder = state.add("project", team, mime=FOLDER)["id"]       # a folder in it, as its web address names it
+    for loc in (f"gdrive://{folder}/b", f"gdrive://id:{folder}/c", f"gdrive://{team}/d"):
+        with colabkit.Checkpoints(loc, local_dir=tmp_path / "l2") as ckpt:
+            assert ckpt.save(2, {"w": np.ones(3)}, wait=20) and ckpt.status.last_error is None, loc
+        shutil.rmtree(tmp_path / "l2")
+    assert sorted(m["title"] for m in state.children(folder)) == ["b", "c"]
+    assert "d" in [m["title"] for m in state.children(team)]
+    assert not [m for m in state.files.values() if m["title"] == "runs" and not m.get("driveId")]
+    dataset(gdrive, "x", {"a.bin": b"a"}, parent=folder)        # staging reads through the same locations
+    assert staged(colabkit.stage(f"gdrive://{folder}/x", tmp_path / "s1", quiet=True)) == {"a.bin": b"a"}
+    assert staged(colabkit.stage("gdrive://shared:Team Drive/project/x", tmp_path / "s2", quiet=True)) == {"a.bin": b"a"}
+    with pytest.raises(FileNotFoundError, match="No shared drive named 'Nope'"):
+        colabkit.Checkpoints("gdrive://shared:Nope/runs", local_dir=tmp_path / "l3").restore()
+
+
+# -- 5. (fixed before) a connection dropped mid-answer is retried ----------------------------------------------
+def test_a_download_and_a_listing_cut_mid_answer_are_retried(gdrive, tmp_path):
+    dataset(gdrive, "data/set", {"a.bin": os.urandom(5000)})
+    client = g.connect()
+    folder = gdrive.state.find("data/set")["id"]
+    gdrive.arm(1, "drop-mid")                                  # a listing: half its JSON, then the connection closes
+    assert [i["title"] for i in client.children(folder)] == ["a.bin"]
+    gdrive.arm(2, "drop-mid")                                  # the staging's second request (IncompleteRead)
+    out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True, workers=1)
+    assert (out / "a.bin").read_bytes() == gdrive.state.content[gdrive.state.find("data/set/a.bin")["id"]]
+    assert [i[1] for i in gdrive.injected] == ["drop-mid", "drop-mid"]
+
+
+# -- 11. share links: Google's download quota is reported as such ---------------------------------------------
+def test_a_throttled_share_link_is_reported_as_throttled_not_missing(tmp_path, links):
+    from colabkit import links as L
+    src = tmp_path / "w.bin"
+    src.write_bytes(b"weights")
+    file_id = links.file(src)
+    links.server.state.throttled.add(file_id)
+    with pytest.raises(L.LinkError, match="too many users have viewed or downloaded") as info:
+        L.fetch(f"https://drive.google.com/file/d/{file_id}/view", tmp_path / "got", quiet=True)
+    assert "does not exist" not in str(info.value)
+
+
+# -- 12. smaller: the credentials file, archives from links, a web OAuth client --------------------------------
+def test_credentials_are_never_written_through_a_link_planted_at_a_guessable_name(tmp_path):
+    target = tmp_path / "victim.txt"
+    target.write_text("keep me")
+    path = tmp_path / "cfg" / "drive-credentials.json"
+    path.parent.mkdir()
+    (path.parent / f".{path.name}.{os.getpid()}.tmp").symlink_to(target)     # the old predictable name
+    g.write_private(path, b'{"secret": 1}')
+    assert target.read_text() == "keep me" and path.read_bytes() == b'{"secret": 1}'
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_archive_larger_than_the_free_disk_is_refused_before_extraction(tmp_path, monkeypatch):
+    import shutil
+    import zipfile
+
+    from colabkit import links as L
+    arch = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(arch, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros.bin", b"\0" * (4 << 20))                      # 4 MiB of zeros: a few KiB zipped
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=1 << 20))   # a 1 MiB-free disk
+    with pytest.raises(L.LinkError, match="would unpack to"):
+        L.extract_archive(arch, tmp_path / "out")
+    assert not list((tmp_path / "out").iterdir())
+
+
+def test_a_web_application_oauth_client_is_refused_with_what_to_create(tmp_path):
+    import json
+    client = tmp_path / "client_secret_web.json"
+    client.write_text(json.dumps({"web": {"client_id": "cid", "client_secret": "s", "redirect_uris": ["https://x"]}}))
+    with pytest.raises(ValueError, match="Desktop app"):
+        g.login(client_secrets=str(client), code_input=lambda prompt: "", out=lambda *a: None)
