@@ -294,7 +294,13 @@ def test_the_saved_position_holds_no_elements_of_a_large_shuffle_buffer(tmp_path
     model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=7, deadline=None)
-    model.fit(ds, epochs=1, verbose=0, callbacks=[auto])
+
+    class CommittedFirst(keras.callbacks.Callback):   # a later save would replace step 7 while it waits to be written
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 7:
+                assert auto.checkpoints.wait(60)
+
+    model.fit(ds, epochs=1, verbose=0, callbacks=[auto, CommittedFirst()])
     first = CheckpointFolder(tmp_path / "run").committed()[0]
     assert (first.step, first.batch) == (7, 7)
     with colabkit.Checkpoints(str(tmp_path / "run")) as checkpoints:

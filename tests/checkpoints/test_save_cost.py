@@ -69,6 +69,10 @@ def test_a_save_while_the_previous_is_written_takes_no_second_set_and_resume_is_
     class Watch(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             saves.append(auto.checkpoints._seq)
+            if batch == 1:   # the set asked for at batch 0 is touched (microseconds here) before this batch's save
+                time.sleep(0.1)
+            if batch == 2:   # that snapshot is being written (held), not waiting to be, before this batch's save
+                assert wait_for(lambda: slow.writes == 1)
             if batch == 8:   # the first write ends; the save due since is taken at the next batch end
                 slow.gate.set()
                 assert wait_for(lambda: auto.checkpoints.status.last_uploaded is not None)
@@ -135,10 +139,11 @@ def test_a_snapshot_waiting_behind_a_slow_upload_is_replaced_in_the_same_buffers
                 time.sleep(0.1)
             if batch == 2:   # the first snapshot is committed locally and its upload hangs
                 assert wait_for(lambda: auto.checkpoints.status.state == "uploading")
+            if batch == 7:   # until every save of the epoch was taken (each replacing the one waiting)
+                gate.set()
 
     auto = colabkit.keras.AutoResume(str(tmp_path / "drive"), save_freq=1, deadline=None, verbose=0,
                                      local_dir=tmp_path / "local")
-    threading.Timer(1.0, gate.set).start()
     model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
     assert auto._buffers.sets_allocated == 1
     assert seqs[3:] == list(range(seqs[3], seqs[3] + 5)), f"every later save was taken when due: {seqs}"
