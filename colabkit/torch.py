@@ -8,14 +8,15 @@
         sched.step()                      # per-epoch code runs before the epoch-end save
 
 Everything passed by name with ``state_dict()`` / ``load_state_dict()`` (modules, optimizers, LR schedulers,
-``torch.amp.GradScaler``, your own objects) is saved and restored, with ``ar.state`` (JSON-able values of your
-own), the step and epoch counters, the RNG states (torch CPU and CUDA, NumPy, Python) and the DataLoader's
-position and shuffle order. In a distributed run (torchrun) rank 0 writes and every rank restores its own RNG
+``torch.amp.GradScaler``, your own objects) is saved and restored, with ``ar.state`` (values of your own:
+JSON-able, tensors, NumPy arrays), the step and epoch counters, the RNG states (torch CPU and CUDA, NumPy,
+Python) and the DataLoader's position and shuffle order. In a distributed run (torchrun) rank 0 writes and every rank restores its own RNG
 states from the same checkpoint. Checkpoints go through `colabkit.Checkpoints`: tensors are stored as NumPy arrays
 in ``.npz`` with a JSON tree; nothing is unpickled on restore.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import signal
@@ -71,7 +72,8 @@ class AutoResume:
     notebook's stop button): then the checkpoint is committed, and the signal is passed on (SIGTERM ends the
     process as it would have; SIGINT raises KeyboardInterrupt). A deadline that ends training stops both loops
     after its save. The objects are restored when AutoResume is created (before that, every saved value is
-    checked against the objects: a checkpoint from another model raises CheckpointError and changes nothing);
+    checked against the objects: a checkpoint from another model raises CheckpointError and changes nothing; a
+    load_state_dict that fails still puts every object back as it was, then raises CheckpointError);
     the RNG states when the loops reach the saved position.
     """
 
@@ -98,7 +100,7 @@ class AutoResume:
         self.objects = dict(objects)
         self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
                                        resume_from=resume_from)
-        self.state: dict = {}          # JSON-able values of your own, saved with every checkpoint
+        self.state: dict = {}          # values of your own (JSON-able, tensors, arrays), saved with every checkpoint
         self.step = 0                  # batches trained in total
         self.epoch = 0                 # the current epoch
         self.batch = 0                 # batches trained in the current epoch
@@ -107,6 +109,8 @@ class AutoResume:
         self.stopped_for = None        # why training was stopped (a deadline, a signal), or None
         self._pending = None           # the restored checkpoint's RNG and loader states, applied at its position
         self._epoch_start = None       # RNG states at the start of the current epoch's loader
+        self._generators = []          # the torch.Generators of the loader batches() iterated last
+        self._resumed_generators = None   # their saved states, for the first loader after an epoch-start resume
         self._since_save, self._last_save_time = 0, time.time()
         self._last_saved = None        # (step, epoch, batch) of the last save
         self._interrupt = None
@@ -164,13 +168,23 @@ class AutoResume:
                                       f"{classes[name]}, and {name} is {type(target).__name__} now. Pass the same "
                                       f"kind of object under each name, or use another folder. Nothing was restored.")
             _check_fits(name, target, decoded[name], self.directory)
+        # a load_state_dict can still fail after others have loaded: their states before, to load back then
+        before = {name: copy.deepcopy(_target(obj).state_dict()) for name, obj in self.objects.items()}
+        loaded = []
         for name, obj in self.objects.items():
             try:
+                loaded.append(name)
                 _target(obj).load_state_dict(decoded[name])
             except Exception as exc:
+                for done in loaded:
+                    try:
+                        _target(self.objects[done]).load_state_dict(before[done])
+                    except Exception:   # the original error is the one to report
+                        log.exception("colabkit: %s: putting its state back after a failed restore failed", done)
                 raise CheckpointError(f"{name}: loading its state from {self.directory} (step {restored.step}) "
-                                      f"failed: {exc}") from exc
-        self.state = dict(state.get("user") or {})
+                                      f"failed: {exc}. Every object was put back as it was; nothing was "
+                                      f"restored.") from exc
+        self.state = dict(_decode(state.get("user") or {}))
         self.step, self.epoch, self.batch = restored.step, restored.epoch or 0, restored.batch or 0
         own = {"rng": state["rng"], "epoch_start": state.get("epoch_start")}
         ranks = state.get("ranks") or []
@@ -208,6 +222,7 @@ class AutoResume:
                 pending = self._pending
                 if pending is not None and pending["batch"] == 0:   # resumed at an epoch's start
                     _set_rng(pending["rng"])
+                    self._resumed_generators = pending["rng"].get("generators")   # set by batches()
                     self._pending = None
                 yield self.epoch
                 if self.stopped_for is not None:
@@ -236,8 +251,14 @@ class AutoResume:
         pending = self._pending
         skip = pending["batch"] if pending is not None else 0
         generators = _loader_generators(loader)
+        self._generators = generators
+        resumed_generators, self._resumed_generators = self._resumed_generators, None
         if skip and pending.get("epoch_start") is not None:
             _set_epoch_start(pending["epoch_start"], generators)   # the same shuffle order and worker seeds
+        elif resumed_generators is not None:
+            # resumed at an epoch's start: the loader's own generators as the save left them (epochs() has set
+            # the global RNGs), before its iterator draws this epoch's order from them
+            _set_generators(resumed_generators, generators)
         self._epoch_start = _epoch_start_state(generators)
         positionable = _positionable(loader)
         if skip and not positionable:
@@ -330,7 +351,7 @@ class AutoResume:
     def _rank_states(self):
         """Rank 0: every rank's RNG and epoch-start states, gathered (each rank draws its own numbers);
         other ranks: None after sending theirs. Called by every rank at every save."""
-        mine = {"rng": _rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+        mine = {"rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None}
         gathered = [None] * self._dist.get_world_size() if self._rank == 0 else None
         self._dist.gather_object(mine, gathered, dst=0)
         return gathered
@@ -340,11 +361,18 @@ class AutoResume:
         """Save now (between batches). ``wait``: True blocks until committed; a number waits at most that long."""
         return self._save(reason=reason, wait=wait)
 
+    def _rng_state(self) -> dict:
+        """The global RNG states and the current states of the loader's own generators."""
+        state = _rng_state()
+        state["generators"] = [g.get_state().numpy().copy() for g in self._generators]
+        return state
+
     def _state(self, periodic: bool, ranks=None):
         """(the state to save, with every tensor copied once into a reused host buffer; the buffers) or None
         when a periodic save of a large state finds its buffers still being written (the next batch asks again)."""
         tensors = []
         objects = {name: _encode(_target(obj).state_dict(), tensors) for name, obj in self.objects.items()}
+        user = _encode(self.state, tensors)   # a copy: later in-place updates do not reach the background write
         specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
         self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
         buffers = self._buffers.take(specs, wait=not periodic or self._buffers.is_small(self._state_nbytes),
@@ -354,9 +382,9 @@ class AutoResume:
         try:
             for tensor, buffer in zip(tensors, buffers):
                 _copy_into(buffer, tensor)
-            state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": self.state,
+            state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": _fill(user, buffers),
                      "classes": {name: type(_target(obj)).__name__ for name, obj in self.objects.items()},
-                     "rng": _rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+                     "rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None}
             if ranks is not None:
                 state["ranks"] = ranks
         except BaseException:
@@ -555,6 +583,8 @@ def _encode(value, tensors: list):
         return [_encode(v, tensors) for v in value]
     if isinstance(value, (torch.dtype, torch.device)):
         return {_TAG: type(value).__name__, "name": str(value)}
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not isinstance(value, np.generic)):
+        return np.array(value, copy=True)   # a copy now: the write runs in the background, after training goes on
     return value
 
 
@@ -669,7 +699,10 @@ def _epoch_start_state(generators) -> dict:
 
 def _set_epoch_start(state: dict, generators) -> None:
     torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
-    saved = state.get("generators") or []
+    _set_generators(state.get("generators") or [], generators)
+
+
+def _set_generators(saved: list, generators) -> None:
     if len(saved) != len(generators):
         log.warning("colabkit: the DataLoader has %d generators and the checkpoint %d; its shuffle order is not "
                     "the saved one", len(generators), len(saved))

@@ -209,9 +209,10 @@ def _finish(proc, expect_rc=0):
     return (json.loads(lines[0][len("RESULT "):]) if lines else None), stdout, explain
 
 
-def _equivalence(tmp_path, env, case, expect_rc, **spec):
+def _equivalence(tmp_path, env, case, expect_rc, boundary=False, **spec):
     """Run ``case`` uninterrupted and interrupted (in parallel), then resume the interrupted one in a fresh
-    process; assert the two end bit-equal and that the resumed run trained exactly the reference's batches."""
+    process; assert the two end bit-equal and that the resumed run trained exactly the reference's batches.
+    ``boundary``: the resume starts at an epoch's first batch (from the epoch-end checkpoint), else mid-epoch."""
     ref = _start(env, case=case, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"),
                  **{k: v for k, v in spec.items() if k not in ("sigterm_at", "crash_at")})
     cut = _start(env, case=case, dest=str(tmp_path / "run"), out=str(tmp_path / "cut.npz"), **spec)
@@ -230,7 +231,10 @@ def _equivalence(tmp_path, env, case, expect_rc, **spec):
     step, epoch, batch = resumed["restored"]
     tail = [s for s in expected["seen"] if (s[0], s[1]) >= (epoch, batch)]
     assert resumed["seen"] == tail, explain   # the next batch (and every one after it) is the same
-    assert batch > 0, "the resume starts mid-epoch"
+    if boundary:
+        assert batch == 0, "the resume starts at an epoch's start"
+    else:
+        assert batch > 0, "the resume starts mid-epoch"
     return resumed, cut_out, out
 
 
@@ -244,6 +248,14 @@ def test_plain_loop_crashed_mid_epoch_resumes_bit_exactly_from_a_periodic_save(t
     step, epoch, batch = resumed["restored"]
     assert (epoch, batch) == (1, 3) and step == 9, resumed["restored"]   # the last periodic save, mid-epoch
     assert "resumed from step 9 (epoch 1, batch 3)" in out
+
+
+def test_loader_with_its_own_generator_resumed_at_an_epoch_boundary_resumes_bit_exactly(tmp_path, ck_env):
+    """The epoch-end checkpoint holds the DataLoader generator's state after the epoch: the next epoch's
+    shuffle order is the uninterrupted run's, not the previous epoch's again."""
+    resumed, _, _ = _equivalence(tmp_path, ck_env, "plain", 3, boundary=True, crash_at=[1, 0],
+                                   own_generator=True)
+    assert resumed["restored"] == [6, 1, 0], resumed["restored"]   # 6 batches an epoch: the epoch-end save
 
 
 @pytest.mark.slow
@@ -548,6 +560,69 @@ def test_a_loop_left_by_an_exception_leaves_no_signal_handler_acting(tmp_path, c
         for _ in ar.epochs(2):
             raise RuntimeError("again")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _Running:
+    """A user object whose state dict returns its NumPy array itself (as an EMA of one might)."""
+
+    def __init__(self):
+        self.avg = np.zeros(3)
+
+    def state_dict(self):
+        return {"avg": self.avg}
+
+    def load_state_dict(self, state):
+        self.avg[...] = state["avg"]
+
+
+def test_arrays_and_tensors_are_copied_at_save_time_not_when_the_write_runs(tmp_path, ck_env, monkeypatch):
+    """The write runs in the background: NumPy arrays of a state dict and tensors/arrays in ar.state updated
+    in place after save() are saved as they were at save(); ar.state's tensors come back as tensors."""
+    import colabkit
+    import colabkit.checkpoints.state as store
+    write = store.write_data
+    monkeypatch.setattr(store, "write_data", lambda snap, d: (time.sleep(0.5), write(snap, d))[1])
+    running = _Running()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", running=running, deadline=None, verbose=0)
+    ar.state.update(t=torch.zeros(2), a=np.zeros(2), nested={"x": [torch.ones(1)]})
+    ar.save()
+    running.avg += 7
+    ar.state["t"] += 5
+    ar.state["a"] += 3
+    ar.state["nested"]["x"][0] += 1
+    ar.state["nested"]["y"] = 1
+    assert ar.checkpoints.wait(30)
+    ar.close()
+    back = _Running()
+    again = colabkit.torch.AutoResume(tmp_path / "run", running=back, deadline=None, verbose=0)
+    assert np.array_equal(back.avg, np.zeros(3))
+    assert isinstance(again.state["t"], torch.Tensor) and torch.equal(again.state["t"], torch.zeros(2))
+    assert np.array_equal(again.state["a"], np.zeros(2))
+    assert again.state["nested"].keys() == {"x"} and torch.equal(again.state["nested"]["x"][0], torch.ones(1))
+
+
+def test_a_load_that_fails_after_others_loaded_puts_every_object_back(tmp_path, ck_env):
+    """A GradScaler saved disabled does not load into an enabled one: the model and optimizer, loaded before
+    it, are put back as they were."""
+    import colabkit
+    model, opt = _tiny(0)
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0,
+                                   scaler=torch.amp.GradScaler("cpu", enabled=False))
+    ar.save(wait=True)
+    ar.close()
+    model2, opt2 = _tiny(1)
+    before = {k: v.clone() for k, v in model2.state_dict().items()}
+    opt_before = repr(opt2.state_dict())
+    with pytest.raises(colabkit.CheckpointError, match="scaler"):
+        colabkit.torch.AutoResume(tmp_path / "run", model=model2, opt=opt2, deadline=None, verbose=0,
+                                  scaler=torch.amp.GradScaler("cpu", enabled=True))
+    after = model2.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "the model kept the checkpoint's weights"
+    assert repr(opt2.state_dict()) == opt_before and not opt2.state
 
 
 if __name__ == "__main__":
