@@ -170,11 +170,10 @@ def test_an_id_that_does_not_resolve_is_an_error_naming_it_and_nothing_is_create
     for first in (f"id:{missing}", f"id:{link}", missing, link):
         with pytest.raises(g.DriveError, match=f"id {first.removeprefix('id:')}.*(another Google account|not shared)"):
             client.locate(f"{first}/runs")
-        with pytest.raises(OSError):
-            with colabkit.Checkpoints(f"gdrive://{first}/runs", local_dir=tmp_path / "l") as ckpt:
-                ckpt.restore()
-                ckpt.save(1, {"w": np.ones(3)}, wait=5)
-                raise OSError(ckpt.status.last_error)
+        with pytest.raises(OSError), colabkit.Checkpoints(f"gdrive://{first}/runs", local_dir=tmp_path / "l") as ckpt:
+            ckpt.restore()
+            ckpt.save(1, {"w": np.ones(3)}, wait=5)
+            raise OSError(ckpt.status.last_error)
     titles = [m["title"] for m in state.files.values() if not m["labels"]["trashed"]]
     assert not [t for t in titles if missing in t or link in t or t == "runs"], titles
     named = state.add(missing, mime=FOLDER)["id"]         # a My Drive folder literally named like an id
