@@ -46,8 +46,8 @@ BACKOFF_START, BACKOFF_MAX = 0.5, 32.0
 # long as this window even past TRIES attempts, so that many threads sharing one quota all get through
 RATE_WINDOW_S = 150.0
 # Drive's listings lag behind creates: two processes can each miss the other's new folder and make their own.
-# After making a folder of a path, colabkit looks again this much later; of same-named twins, the oldest is
-# kept by everyone and the newer, still empty ones are removed (0: no second look)
+# After making a folder of a path, colabkit looks again this much later and, when a twin shows up, uses the one
+# that every process picks (see DriveClient.choose_folder). Twins are never deleted (0: no second look)
 CREATE_CHECK_S = 2.0
 _RATE_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
 _RETRY_REASONS = _RATE_REASONS | {"backendError", "internalError"}
@@ -248,17 +248,29 @@ class DriveClient:
         explicit = first.startswith("id:")
         if explicit or _ID.fullmatch(first):
             fid = first[3:] if explicit else first
+            why = None
             try:
-                meta = self.resolve(self.get(fid), "gdrive:/")
+                item = self.get(fid)
             except DriveNotFound:
-                meta = None
-                if explicit:
-                    raise DriveNotFound(f"No Drive folder with id {fid} is visible to {self.whoami()} (is it shared "
-                                        f"with this account?).") from None
+                item, why = None, "Drive answers that it does not exist (404)"
+            meta = None
+            if item is not None:
+                meta = self.resolve(item, "gdrive:/")
+                if meta is None:
+                    why = "it is a shortcut whose target is gone, trashed or not shared with this account"
             if meta is not None:
                 if meta.get("mimeType") != FOLDER_MIME:
                     raise DriveNotFound(f"The Drive item {fid} is not a folder; gdrive://<id>/... needs a folder id.")
                 return meta["id"], rest, first
+            cause = (f"No Drive folder with id {fid} can be used by {self.whoami()}: {why}. Most likely the id "
+                     f"belongs to another Google account or the folder is not shared with this one (share it, or "
+                     f"sign in as its owner with `colabkit drive login`), or the id is mistyped.")
+            if explicit:
+                raise DriveNotFound(cause)
+            # a bare first part that looks like an id: a My Drive folder of that name only when one already exists
+            if self.folder(first, create=False) is None:
+                raise DriveNotFound(cause + f" Nothing was created. (For a My Drive folder literally named "
+                                            f"{first!r}, make it in Drive first.)")
         return "root", text, ""
 
     def whoami(self) -> str:
@@ -267,24 +279,35 @@ class DriveClient:
 
     def list(self, q: str, what: str) -> list[dict]:
         """Every item matching ``q``: all pages, following ``nextPageToken`` until Drive gives none (a page
-        may be short, even empty, before the end). Each page is retried on its own."""
-        items: list[dict] = []
-        token, pages = None, 0
+        may be short, even empty, before the end). Each page is retried on its own; an item on two pages is
+        kept once. A page token Drive sends a second time would loop forever: that raises a DriveError (an
+        OSError, which callers retry later)."""
+        items: dict[str, dict] = {}
+        token, pages, seen = None, 0, set()
         while True:
             params = {"q": q, "maxResults": PAGE_SIZE, "supportsAllDrives": True, "includeItemsFromAllDrives": True}
             if token:
                 params["pageToken"] = token
             page = retrying(lambda params=params: self.auth.service.files().list(**params).execute(http=self.http()),
                             what if not pages else f"{what} (page {pages + 1})")
-            items.extend(page.get("items") or [])
+            for item in page.get("items") or []:
+                items.setdefault(item.get("id"), item)
             pages += 1
             token = page.get("nextPageToken")
             if not token:
-                return items
+                return list(items.values())
+            if token in seen:
+                error = DriveError(f"Google Drive sent the same page token twice while {what} (page {pages}); "
+                                   f"stopped rather than loop forever (a transient Drive fault: try again)")
+                error.retryable = True
+                raise error
+            seen.add(token)
 
-    def children(self, parent_id: str, *, title: str | None = None, folders: bool | None = None) -> list[dict]:
+    def children(self, parent_id: str, *, title: str | None = None, folders: bool | None = None,
+                 case_blind: list | None = None) -> list[dict]:
         """Non-trashed children, oldest first (createdDate, then id: deterministic); ``title``: exactly that
-        name, case included."""
+        name, case included (``case_blind``, a list: filled with the items Drive matched whose name differs
+        in case)."""
         q = f"'{_q(parent_id)}' in parents and trashed = false"
         if title is not None:
             q += f" and title = '{_q(title)}'"
@@ -292,13 +315,18 @@ class DriveClient:
             q += f" and mimeType {'=' if folders else '!='} '{FOLDER_MIME}'"
         items = self.list(q, f"listing folder {parent_id}")
         if title is not None:   # Drive's `title =` ignores case ('runs' finds "Runs"): names are case-sensitive here
+            if case_blind is not None:
+                case_blind[:] = [i for i in items if i.get("title") != title]
             items = [i for i in items if i.get("title") == title]
         return sorted(items, key=lambda f: (f.get("createdDate", ""), f["id"]))
 
     def pick(self, items: list[dict], where: str) -> dict | None:
-        """Newest of same-named items (Drive allows duplicates); duplicates are reported once."""
+        """One of same-named items (Drive allows duplicates); duplicates are reported once. Files: the newest.
+        Folders (and shortcuts to folders): choose_folder's rule, the same in every process and every lookup."""
         if not items:
             return None
+        if len(items) > 1 and all(_is_folder_like(i) for i in items):
+            return self.choose_folder(items, where)
         if len(items) > 1:
             key = (where, tuple(i["id"] for i in items))
             if key not in self._reported:
@@ -306,6 +334,40 @@ class DriveClient:
                 log.warning("colabkit: %d items named %r in %s on Google Drive; using the newest (%s)",
                             len(items), items[-1]["title"], where, items[-1]["id"])
         return items[-1]
+
+    def choose_folder(self, twins: list[dict], where: str) -> dict:
+        """Of same-named folders (twins ``children`` listed oldest first): the oldest one that holds committed
+        checkpoints (a ``ckpt-`` folder), else the oldest that holds anything, else the oldest. Every process
+        and every later lookup applies this rule, so all of them use one folder. Twins are never deleted: the
+        others are left as they are, with one warning naming every id."""
+        if len(twins) == 1:
+            return twins[0]
+
+        def rank(item):
+            target = item
+            if item.get("mimeType") == SHORTCUT_MIME:
+                target_id = (item.get("shortcutDetails") or {}).get("targetId")
+                target = {"id": target_id} if target_id else None
+            if target is None:
+                return 2
+            try:
+                inside = self.children(target["id"])
+            except DriveNotFound:
+                return 2
+            if any(str(i.get("title", "")).startswith("ckpt-") for i in inside):
+                return 0
+            return 1 if inside else 2
+        ranks = [rank(t) for t in twins]
+        chosen = twins[ranks.index(min(ranks))]
+        key = (where, tuple(sorted(t["id"] for t in twins)))
+        if key not in self._reported:
+            self._reported.add(key)
+            log.warning("colabkit: %d folders named %r in %s on Google Drive (ids %s); using %s (%s). The others "
+                        "are left untouched: move anything you need out of them, then remove them in Drive",
+                        len(twins), chosen.get("title"), where, ", ".join(t["id"] for t in twins), chosen["id"],
+                        "it holds checkpoints" if ranks[twins.index(chosen)] == 0 else
+                        "it holds files" if ranks[twins.index(chosen)] == 1 else "the oldest")
+        return chosen
 
     def get(self, file_id: str) -> dict:
         f = self.drive.CreateFile({"id": file_id})
@@ -335,7 +397,9 @@ class DriveClient:
         folder (how a folder someone shared shows in My Drive) stands for that folder."""
         parent, where = root, "My Drive" if root == "root" else root
         for part in [p for p in path.split("/") if p]:
-            found = self.pick([i for i in self.children(parent, title=part) if _is_folder_like(i)], where)
+            others: list = []
+            found = self.pick([i for i in self.children(parent, title=part, case_blind=others)
+                               if _is_folder_like(i)], where)
             if found is not None and found.get("mimeType") == SHORTCUT_MIME:
                 target = self.resolve(found, where)
                 if target is None or target.get("mimeType") != FOLDER_MIME:
@@ -343,6 +407,12 @@ class DriveClient:
                                         f"not shared with {self.whoami()}; remove the shortcut or ask for access.")
                 found = target
             if found is None:
+                other = next((i["title"] for i in others if _is_folder_like(i)), None)
+                if other is not None:
+                    raise DriveNotFound(
+                        f"{where}/{part} does not exist on Google Drive, but {where}/{other} does: names are "
+                        f"case-sensitive in colabkit (Drive's own search is not). Use the exact name, "
+                        f"gdrive://.../{other}, to use that folder; nothing was created.")
                 if not create:
                     return None
                 found = self._settle(parent, part, self.mkdir(parent, part), where)
@@ -350,20 +420,20 @@ class DriveClient:
         return parent
 
     def _settle(self, parent_id: str, title: str, mine: dict, where: str) -> dict:
-        """After making the folder ``mine``: when another process made a same-named one first (a lagging listing
-        hid it from both), use the oldest and remove ours while it is still empty."""
+        """After making the folder ``mine``: when another process made a same-named one at the same time (a
+        lagging listing hid it from both), use the twin choose_folder picks, as every process does. Nothing is
+        ever deleted here: a listing that shows a twin empty may be lagging behind what was written into it."""
         if CREATE_CHECK_S <= 0:
             return mine
         time.sleep(CREATE_CHECK_S)
-        twins = [i for i in self.children(parent_id, title=title, folders=True)]
-        if not twins or twins[0]["id"] == mine["id"] or mine["id"] not in {t["id"] for t in twins}:
-            return mine
-        first = twins[0]
-        if not self.children(mine["id"]):
-            self.delete(mine["id"])
-        log.info("colabkit: %s/%s was made at the same time by another process; using the first one (%s)",
-                 where, title, first["id"])
-        return first
+        twins = [i for i in self.children(parent_id, title=title) if _is_folder_like(i)]
+        if mine["id"] not in {t["id"] for t in twins}:
+            twins.append(mine)
+        chosen = self.choose_folder(twins, where)
+        if chosen["id"] != mine["id"] and chosen.get("mimeType") == SHORTCUT_MIME:
+            target = self.resolve(chosen, where)
+            return target if target is not None and target.get("mimeType") == FOLDER_MIME else mine
+        return chosen
 
     def mkdir(self, parent_id: str, title: str) -> dict:
         """A new folder. A create is not idempotent: after a failed attempt (whose answer may be all that was

@@ -96,16 +96,18 @@ def test_retention_and_leftovers_of_interrupted_uploads(gdrive, tmp_path, monkey
     assert partial["id"] not in gdrive.state.files
 
 
-def test_duplicate_names_newest_wins_and_are_reported(gdrive, tmp_path, caplog):
+def test_duplicate_names_are_reported_twin_folders_keep_the_one_with_the_run_newest_file_wins(gdrive, tmp_path,
+                                                                                                 caplog):
     with make(tmp_path, keep=5) as ckpt:
         ckpt.save(1, {"w": np.full(3, 1.0)}, wait=True)
-    # Someone else's client made a second "runs" folder (Drive allows it) holding a newer run.
+    # Someone else's client made a second, empty "runs" folder (Drive allows it).
     second_runs = gdrive.state.add("runs", mime="application/vnd.google-apps.folder")
     shutil.rmtree(tmp_path / "local")
     caplog.set_level(logging.WARNING, "colabkit")
     with colabkit.Checkpoints("gdrive://runs/a", local_dir=tmp_path / "l2") as ckpt:
-        assert ckpt.restore() is None, "the newest 'runs' folder wins, and it is empty"
-    assert any("2 items named 'runs'" in r.getMessage() for r in caplog.records)
+        assert ckpt.restore().step == 1, "the 'runs' folder that holds the run wins, not the newer empty one"
+    assert any("2 folders named 'runs'" in r.getMessage() and second_runs["id"] in r.getMessage()
+               for r in caplog.records)
     gdrive.state.delete(second_runs["id"])
     # a duplicate data file inside a checkpoint: the newest is read (here the newer one is right)
     g.forget_clients()
