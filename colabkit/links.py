@@ -142,18 +142,25 @@ def is_archive(name) -> bool:
     return str(name).lower().endswith(ARCHIVE_SUFFIXES)
 
 
-def _check_room(archive: Path, into: Path) -> None:
-    """Refuse an archive whose members would not fit on the disk of ``into`` (a zip bomb, or just too big),
-    from the sizes its headers declare (reading a member never yields more than its header says)."""
+def unpacked_size(archive: Path) -> int:
+    """Bytes a .zip/.tar archive unpacks to, from the sizes its headers declare (reading a member never yields
+    more than its header says); ValueError for an archive that cannot be read."""
     try:
         if archive.name.lower().endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
-                need = sum(i.file_size for i in zf.infolist())
-        else:
-            with tarfile.open(archive) as tf:
-                need = sum(m.size for m in tf.getmembers() if m.isfile())
+                return sum(i.file_size for i in zf.infolist())
+        with tarfile.open(archive) as tf:
+            return sum(m.size for m in tf.getmembers() if m.isfile())
     except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
-        raise LinkError(f"{archive.name} is not a readable archive ({exc}).") from None
+        raise ValueError(f"{archive.name} is not a readable archive ({exc}).") from None
+
+
+def _check_room(archive: Path, into: Path) -> None:
+    """Refuse an archive whose members would not fit on the disk of ``into`` (a zip bomb, or just too big)."""
+    try:
+        need = unpacked_size(archive)
+    except ValueError as exc:
+        raise LinkError(str(exc)) from None
     free = shutil.disk_usage(into).free
     if need > free:
         from .units import format_size

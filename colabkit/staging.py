@@ -481,18 +481,8 @@ def _intact(dst: Path, previous: dict) -> bool:
 
 def _extract_into(archive: Path, dst: Path, state: Path, extract) -> None:
     """Extract beside dst (in its bookkeeping folder), check the space first, then move the members into place."""
-    import tarfile
-    import zipfile
-    try:
-        if archive.name.lower().endswith(".zip"):
-            with zipfile.ZipFile(archive) as zf:
-                need = sum(i.file_size for i in zf.infolist())
-        else:
-            with tarfile.open(archive) as tf:
-                need = sum(m.size for m in tf.getmembers() if m.isfile())
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
-        raise ValueError(f"{archive.name} is not a readable archive ({exc}).") from None
-    _check_space(dst, need, f"the contents of {archive.name}")
+    from .links import unpacked_size
+    _check_space(dst, unpacked_size(archive), f"the contents of {archive.name}")
     tmp = state / "extracting"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
