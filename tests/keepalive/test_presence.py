@@ -37,8 +37,11 @@ def test_attached_and_absent_from_a_real_server(start_server, kernel_client, run
     websocket = pytest.importorskip("websocket")  # websocket-client, a jupyter_server dependency
 
     server = start_server(env={"COLABKIT_IDLE_CUTOFF": "90min"})
+    requested_at = time.time()
     kid = server.api("api/kernels", "POST", {"name": "python3"})["id"]
     client = kernel_client(server, kid)
+    # The kernel is busy for a while before presence detection starts: its last activity is not its start.
+    assert run_code(client, f"import time\ntime.sleep(max(0, {requested_at} + 6 - time.time()))")["error"] is None
 
     out = run_code(client, "import colabkit\ncolabkit.keepalive('60s', poll='0.5s')\n"
                            "from colabkit import deadline, presence\n"
@@ -53,6 +56,12 @@ def test_attached_and_absent_from_a_real_server(start_server, kernel_client, run
     seen = kernel_state(client, run_code)
     assert seen["state"] == "absent" and seen["connections"] == 0 and seen["server"] == server.url
     assert seen["last_seen"] is None
+    # Never seen: the absence is dated from the kernel's start (the earliest moment a browser can have left),
+    # not from the kernel's last activity, so the idle clock can only run early.
+    assert requested_at <= seen["since"] < requested_at + 4, (seen["since"] - requested_at)
+    assert seen["since_basis"] == "kernel start"
+    text = run_code(client, "print('TEXT', presence().text())")["stdout"]
+    assert "no browser seen yet; counted from the kernel's start" in text, text
 
     # A kernel whose connection file name does not carry its id (as may be on Colab): the server's only
     # kernel is this one.
