@@ -39,13 +39,21 @@ class ColabkitMagics(Magics):
             raise UsageError(f"colabkit: {exc}") from None
 
     @magic_arguments()
-    @argument("interval", nargs="*", help='time between clicks of the keep-alive script, e.g. 60s (default) or '
-                                          '2min; "off" stops what %%keepalive started')
+    @argument("interval", nargs="*", help='time between checks of the keep-alive script, e.g. 60s (default) or '
+                                          '2min, at least 30s; "off" stops what %%keepalive started')
+    @argument("--reconnect", action="store_true",
+              help="let the script click Reconnect when the runtime is gone (a fresh VM: its disk and variables "
+                   "are empty); by default it tells you and waits")
     @argument("--script", action="store_true", help="show the browser script panel also outside Colab")
     @argument("--poll", default=None, help="how often browser presence is checked (default 5s)")
     @line_magic
     def keepalive(self, line=""):
-        """Keep a Colab runtime alive (best-effort browser script) and save before the idle cutoff."""
+        """Keep a Colab runtime alive (best-effort browser script) and save before the idle cutoff.
+
+        The script keeps the page active while the runtime is connected and, once it is gone, tells you instead
+        of reconnecting (unless --reconnect). Official routes without a script: Google's Colab extension for
+        VS Code, Google's Colab CLI, and the paid plans' background execution.
+        """
         from .keepalive import negative_argument
         bad = negative_argument(line)
         if bad:  # argparse would call "-5s" an unknown option
@@ -54,7 +62,7 @@ class ColabkitMagics(Magics):
         from . import keepalive as _keepalive
         from .config import ConfigError
         try:
-            _keepalive.keepalive(" ".join(args.interval) or _keepalive.DEFAULT_INTERVAL,
+            _keepalive.keepalive(" ".join(args.interval) or _keepalive.DEFAULT_INTERVAL, reconnect=args.reconnect,
                                  show_script=True if args.script else None, poll=args.poll)
         except (ConfigError, ValueError) as exc:
             raise UsageError(f"%keepalive: {exc}") from None

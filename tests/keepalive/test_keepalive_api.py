@@ -28,6 +28,7 @@ for cell in json.loads(sys.argv[1]):
     results.append({"cell": cell, "stdout": out.getvalue(), "stderr": err.getvalue(),
                     "error": type(error).__name__ if error else None,
                     "on": keepalive.is_on(), "interval": keepalive._state.interval,
+                    "reconnect": keepalive._state.reconnect, "describe": keepalive.describe(),
                     "monitor": presence.monitor() is not None, "clocks": len(deadline.registered())})
 print("RESULTS" + json.dumps(results))
 """
@@ -54,7 +55,8 @@ BAD = {
     "%keepalive -5s": "%keepalive: keep-alive interval '-5s' is negative",
     "%keepalive -5": "%keepalive: keep-alive interval '-5' is negative",
     "%keepalive 0": "%keepalive: keep-alive interval '0' is negative or zero",
-    "%keepalive 0.5s": "%keepalive: keep-alive interval '0.5s' is too short",
+    "%keepalive 0.5s": "%keepalive: keep-alive interval '0.5s' is too short; use at least 30s",
+    "%keepalive 10s": "%keepalive: keep-alive interval '10s' is too short; use at least 30s",
     "%keepalive --poll soon": "%keepalive: poll='soon' is not a valid interval",
 }
 
@@ -87,11 +89,20 @@ def test_keepalive_off_and_on_outside_colab():
     assert again["stdout"] == "colabkit: keep-alive was not on; nothing to stop.\n"
 
 
+def test_reconnect_is_an_opt_in_of_the_magic():
+    results = run_shell(["%load_ext colabkit", "%keepalive 45s", "%keepalive --reconnect 45s", "%keepalive 45s"])
+    _, plain, opted, again = results
+    assert all(r["error"] is None for r in results), results
+    assert (plain["reconnect"], opted["reconnect"], again["reconnect"]) == (False, True, False)
+    assert opted["interval"] == 45.0 and opted["on"]
+
+
 def test_magic_is_documented_by_magic_arguments():
     results = run_shell(["%load_ext colabkit",
                          "from colabkit.magics import ColabkitMagics; print(ColabkitMagics.keepalive.__doc__)"])
     doc = results[1]["stdout"]
-    for word in ("%keepalive", "[--script]", "[--poll POLL]", "interval", '"off"'):
+    for word in ("%keepalive", "[--reconnect]", "[--script]", "[--poll POLL]", "interval", '"off"', "at least 30s",
+                 "fresh VM", "VS Code", "Colab CLI"):
         assert word in doc, doc
 
 
@@ -119,19 +130,31 @@ def test_the_colab_path_shows_the_script_panel(colab_standin, capsys, monkeypatc
     m = presence.monitor()
     assert m is not None and m.idle_cutoff == 90 * 60 and m in deadline.registered()
     assert m.next_deadline() is None   # presence unknown: no guessed deadline
-    assert keepalive.describe().startswith("on since") and "clicks every 45s" in keepalive.describe()
+    assert keepalive.describe().startswith("on since")
 
     box = keepalive.panel("45s")
     intro, button, code = box.children
-    assert code.value == keepalive.script("45s") and "})(45000);" in code.value
+    assert code.value == keepalive.script("45s") and '"intervalMs": 45000' in code.value
+    assert '"reconnect": false' in code.value
     assert keepalive.bookmarklet("45s").replace("&", "&amp;") in intro.value
     assert "does not lift the runtime cap" in intro.value and "stopKeepAlive()" in intro.value
+    assert "does not reconnect" in intro.value and "everything since your last checkpoint" in intro.value
+    assert "Colab extension for VS Code" in intro.value and "Colab CLI" in intro.value
+    assert "checks every 45s" in keepalive.describe() and "no reconnect" in keepalive.describe()
+
+    keepalive.keepalive("45s", reconnect=True)
+    capsys.readouterr()
+    assert "runtime gone: reconnects" in keepalive.describe()
+    intro, _, code = keepalive.panel("45s", reconnect=True).children
+    assert '"reconnect": true' in code.value and "fresh VM" in intro.value
     assert 'class="colabkit-copy"' in button.value and "navigator.clipboard" in button.value
 
 
 def test_script_and_bookmarklet_forms():
     js = keepalive.script(90)
-    assert js.rstrip().endswith("})(90000);") and "//" not in js.replace("://", "")
+    assert js.rstrip().endswith('})({"intervalMs": 90000, "jitter": 0.2, "reconnect": false, "notify": true});')
+    assert "//" not in js.replace("://", "")
+    assert '"reconnect": true' in keepalive.script(90, reconnect=True)
     assert "colab-connect-button" in js and "colab-toolbar-button#connect" in js and "shadowRoot" in js
     assert keepalive.bookmarklet(90).startswith("javascript:%2F%2A")
     with pytest.raises(ValueError, match="not a duration"):

@@ -127,7 +127,7 @@ def page(chromium):
         if body is None:
             return route.fulfill(status=404, body="")
         return route.fulfill(status=200, content_type="text/html",
-                             body=f"<!doctype html><html><head><title>My notebook - Colab</title></head>"
+                             body=f"<!doctype html><html><head><meta charset=\"utf-8\"><title>My notebook - Colab</title></head>"
                                   f"<body>{body}</body></html>")
 
     page.route(f"{ORIGIN}/**", serve)
