@@ -12,15 +12,21 @@ seconds and keeps the answer:
 Finding the server: this kernel's id from its connection file name (``kernel-<id>.json``); the server's URL
 and token from the ``jpserver-*.json`` files in the Jupyter runtime directory (the one whose pid is this
 kernel's JPY_PARENT_PID first); on Colab from its environment (COLAB_JUPYTER_IP, KMP_TARGET_PORT,
-COLAB_JUPYTER_TOKEN). Where nothing answers, the state is "unknown" with one line saying why; colabkit never
-guesses "absent".
+COLAB_JUPYTER_TOKEN). Where nothing answers, the state is "unknown" with one line saying why.
 
 When an idle cutoff applies (``colabkit.env().idle_cutoff``: 90min on Colab, or configured), the monitor
 registers an idle clock with ``colabkit.deadline``: while no browser is attached, ``AutoResume(deadline="auto")``
 saves and uploads a checkpoint before the cutoff (and keeps training).
 
-On Colab this is best-effort: its notebook server sits behind Google's proxy, and Google decides idleness
-on its side from what the open tab sends.
+Where the time of the last browser contact is unknown (no browser seen since presence detection started), the
+absence is dated from the earliest plausible moment: the kernel's start (``since_basis="kernel start"``), or
+when presence detection started if the kernel's start cannot be read. The idle save can then come too early,
+never too late. (The server's ``last_activity`` is no help: it is the kernel's own activity, "now" while
+training runs.)
+
+On Colab all of this is a guess: its notebook server sits behind Google's proxy, whose own websocket may be
+counted in ``connections`` (then a closed tab still reads "attached" and no idle save happens), and Google
+decides idleness on its side from what it hears, by rules it does not publish.
 """
 from __future__ import annotations
 
@@ -54,8 +60,10 @@ class Presence:
     """One answer about the browser.
 
     state: "attached" (at least one browser connection), "absent" (none) or "unknown" (no server answered).
-    since: attached: when it was first seen attached; absent: the last time a browser was seen (or, if none
-        was ever seen, the kernel's last activity), i.e. the conservative start of the absence.
+    since: attached: when it was first seen attached; absent: the last time a browser was seen or, if none was
+        ever seen, the earliest plausible moment (the kernel's start), i.e. the conservative start of the absence.
+    since_basis: absent only: "last seen", "kernel start" or "presence start" (no browser seen and the kernel's
+        start unknown): where ``since`` comes from; the last two are guesses that err early.
     last_seen: the last time a browser was seen attached (None if never).
     connections, last_activity, execution_state: what the server reported.
     server: the server's URL (no token). detail: one line saying why the state is "unknown".
@@ -69,6 +77,7 @@ class Presence:
     server: str | None = None
     detail: str = ""
     checked_at: float = dataclasses.field(default_factory=time.time)
+    since_basis: str = ""
 
     @property
     def absent_for(self) -> float | None:
@@ -83,7 +92,12 @@ class Presence:
         if self.state == ABSENT:
             if self.since is None:
                 return "absent"
-            return f"absent since {_clock(self.since)} ({format_duration(self.absent_for)})"
+            text = f"absent since {_clock(self.since)} ({format_duration(self.absent_for)}"
+            if self.since_basis == "kernel start":
+                return text + "; no browser seen yet; counted from the kernel's start)"
+            if self.since_basis == "presence start":
+                return text + "; no browser seen yet; counted from when presence detection started)"
+            return text + ")"
         return f"unknown: {self.detail}" if self.detail else "unknown"
 
 
@@ -120,6 +134,36 @@ def connection_file() -> str | None:
         if arg.startswith("--f=") or arg.startswith("-f="):
             return arg.split("=", 1)[1]
     return None
+
+
+_started_at: float | None = None
+
+
+def kernel_started_at() -> float | None:
+    """When this (kernel) process started, as a wall-clock time; None where the system does not say.
+
+    Linux: the process's start in clock ticks after boot (/proc/self/stat) against the uptime (/proc/uptime),
+    both at 10 ms resolution. Elsewhere psutil's create_time() when psutil is installed."""
+    global _started_at
+    if _started_at is None:
+        _started_at = _read_process_start()
+    return _started_at
+
+
+def _read_process_start() -> float | None:
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])   # field 22, starttime, counted after "(comm)"
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        started = time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+        return min(started, time.time())
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import psutil
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - psutil missing or not allowed to ask: the caller has a fallback
+        return None
 
 
 def _in_ipykernel() -> bool:
@@ -244,6 +288,8 @@ class PresenceMonitor:
         self._last_seen: float | None = None
         self._attached_since: float | None = None
         self._absent_since: float | None = None
+        self._absent_basis = ""
+        self._created = time.time()
         self._last_unknown = None
         self.current = Presence(UNKNOWN, detail="not checked yet")
         self._stop = threading.Event()
@@ -323,10 +369,19 @@ class PresenceMonitor:
             return Presence(ATTACHED, since=self._attached_since, last_seen=now, **common)
         self._attached_since = None
         if self._absent_since is None:
-            # The browser left after the last time we saw it; never seen: since the kernel's last activity.
-            start = self._last_seen if self._last_seen is not None else min(now, last_activity or now)
-            self._absent_since = start
-        return Presence(ABSENT, since=self._absent_since, last_seen=self._last_seen, **common)
+            self._absent_since, self._absent_basis = self._absence_start()
+        return Presence(ABSENT, since=self._absent_since, last_seen=self._last_seen, since_basis=self._absent_basis,
+                        **common)
+
+    def _absence_start(self) -> tuple[float, str]:
+        """The browser left after the last time we saw it. Never seen: the earliest moment it can have left,
+        so that a deadline counted from here comes early rather than late."""
+        if self._last_seen is not None:
+            return self._last_seen, "last seen"
+        started = kernel_started_at()
+        if started is not None and started <= self._created:
+            return started, "kernel start"
+        return self._created, "presence start"
 
     def _log_transition(self, old: Presence, new: Presence) -> None:
         if new.state == UNKNOWN:

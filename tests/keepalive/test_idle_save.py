@@ -70,7 +70,7 @@ def test_idle_save_before_the_cutoff_with_no_browser(start_server, kernel_client
     # The kernel keeps busy for a while (imports, data loading) before keep-alive is switched on, so the kernel's
     # last activity is well after its start.
     setup = run_code(client, f"import os, time\nos.environ['CKPT_DIR'] = {str(destination)!r}\n"
-                             f"os.environ['REQUESTED_AT'] = {requested_at!r}\n"
+                             f"os.environ['REQUESTED_AT'] = {str(requested_at)!r}\n"
                              f"os.environ['AFTER_SETUP_S'] = '{AFTER_SETUP_S}'\n"
                              "import keras, numpy\n"
                              f"time.sleep(max(0.0, {requested_at} + {SETUP_S} - time.time()))")
