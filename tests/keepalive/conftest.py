@@ -68,6 +68,8 @@ class JupyterServer:
             args.append("--allow-root")  # CI containers run as root
         if app == "notebook":
             args.append("--JupyterNotebookApp.expose_app_in_browser=True")
+        elif app == "jupyterlab":
+            args.append("--LabApp.expose_app_in_browser=True")
         self.log = open(base / "server.log", "w")
         self.proc = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.root)
         deadline = time.time() + 60
@@ -104,7 +106,8 @@ class JupyterServer:
 
 @pytest.fixture
 def start_server(tmp_path):
-    """start_server(app="jupyter_server" | "notebook", env={...}) -> JupyterServer; stopped afterwards."""
+    """start_server(app="jupyter_server" | "notebook" | "jupyterlab", env={...}) -> JupyterServer; stopped
+    afterwards."""
     started = []
 
     def start(app="jupyter_server", env=None):

@@ -1,6 +1,8 @@
-"""Real frontend, real browser: Notebook 7 on 127.0.0.1 started here, the notebook opened in headless Chromium.
+"""Real frontends, real browser: JupyterLab 4 and Notebook 7 on 127.0.0.1 started here, the notebook opened in
+headless Chromium.
 
-Runs `%load_ext colabkit`, `%colabkit`, `%keepalive`, a checkpoint, and a cell that runs for a while; asserts
+Runs `%load_ext colabkit`, `%colabkit`, `%keepalive`, `%keepalive --script` (and `--reconnect`), a checkpoint,
+and a cell that runs for a while; asserts
 the status panel renders and updates while that cell keeps the kernel busy, presence is "attached" while the
 page is open and "absent" soon after it is closed (the cell still running), the copy button copies the
 keep-alive script, and the browser console shows no errors. Saves a screenshot of the panel (to
@@ -50,10 +52,15 @@ APP_READY = """() => {
 }"""
 
 
-def test_panel_presence_and_keepalive_in_a_real_browser(chromium, start_server, tmp_path):
+# Where each frontend opens a notebook from its URL (both expose window.jupyterapp when asked to).
+FRONTENDS = {"notebook": "notebooks/", "jupyterlab": "lab/tree/"}
+
+
+@pytest.mark.parametrize("app", ["notebook", "jupyterlab"])
+def test_panel_presence_and_keepalive_in_a_real_browser(chromium, start_server, tmp_path, app):
     started = time.monotonic()
     presence_log, stop_file = tmp_path / "presence.jsonl", tmp_path / "stop"
-    server = start_server("notebook", env={
+    server = start_server(app, env={
         # Colab-like clock so the panel shows every row; presence itself is real.
         "COLABKIT_RUNTIME_CAP": "12h", "COLABKIT_IDLE_CUTOFF": "90min",
         "COLABKIT_DRIVE_ROOT": str(tmp_path / "drive")})
@@ -67,7 +74,8 @@ def test_panel_presence_and_keepalive_in_a_real_browser(chromium, start_server, 
         "    log.flush()\n"
         "    time.sleep(0.25)\n"
         "print('long cell done')")
-    cells = ["%load_ext colabkit", "%colabkit", "%keepalive --poll 1s", "%keepalive --script --poll 1s",
+    cells = ["%load_ext colabkit", "%colabkit", "%keepalive --poll 1s", "%keepalive --reconnect --script --poll 1s",
+             "%keepalive --script --poll 1s",
              "import numpy as np, colabkit\n"
              "ck = colabkit.widgets.track(colabkit.Checkpoints('drive:runs/mnist'))\n"
              "ck.save(1200, {'weights': np.zeros(1000, 'float32')}, epoch=3, wait=True)",
@@ -81,9 +89,9 @@ def test_panel_presence_and_keepalive_in_a_real_browser(chromium, start_server, 
     page.on("console", lambda m: console.append((m.type, m.text, m.location.get("url", ""))))
     page.on("pageerror", lambda e: console.append(("pageerror", str(e), "")))
     try:
-        page.goto(f"{server.url}notebooks/panel.ipynb?token={server.token}")
+        page.goto(f"{server.url}{FRONTENDS[app]}panel.ipynb?token={server.token}")
         page.wait_for_function(APP_READY, timeout=60_000)
-        # Notebook 7 itself may log an error while the page loads (a settings-schema TypeError in
+        # The frontend itself may log an error while the page loads (Notebook 7: a settings-schema TypeError in
         # notebook_core, with or without colabkit); everything logged from here on comes after our cells ran.
         at_load = list(console)
         # Not awaited: the command's promise settles only when every cell has run.
@@ -125,10 +133,21 @@ def test_panel_presence_and_keepalive_in_a_real_browser(chromium, start_server, 
         assert text.startswith("colabkit: an idle cutoff of 90min applies here (jupyter)")
         assert "Presence detection started (every 1s): attached (1 browser connection)" in text
 
+        # %keepalive --reconnect --script: the script that reconnects, and the text says what that costs.
+        panels = page.locator(".colabkit-keepalive")
+        assert wait_for(lambda: panels.count() == 2, 10), panels.count()
+        opted = panels.nth(0)
+        assert opted.locator("a.colabkit-bookmarklet").get_attribute("href") == \
+            keepalive.bookmarklet("60s", reconnect=True)
+        assert "reconnects, which gives you a fresh VM with an empty disk" in opted.inner_text()
+
         # %keepalive --script: the panel with the bookmarklet and a working copy button.
-        ka = page.locator(".colabkit-keepalive")
+        ka = panels.nth(1)
         assert ka.locator("a.colabkit-bookmarklet").get_attribute("href") == keepalive.bookmarklet("60s")
-        assert "does not lift the runtime cap" in ka.inner_text()
+        text = ka.inner_text()
+        assert "does not lift the runtime cap" in text and "it does not reconnect" in text
+        assert "everything since your last checkpoint" in text
+        assert "Colab extension for VS Code" in text and "Colab CLI" in text
         ka.locator("button.colabkit-copy").click()
         assert wait_for(lambda: ka.locator("button.colabkit-copy").inner_text() == "Copied", 5)
         assert page.evaluate("navigator.clipboard.readText()") == keepalive.script("60s")
@@ -137,7 +156,7 @@ def test_panel_presence_and_keepalive_in_a_real_browser(chromium, start_server, 
         panel.scroll_into_view_if_needed()
         panel.screenshot(path=str(shot))
         assert shot.stat().st_size > 5_000
-        if UPDATE_SCREENSHOT:
+        if UPDATE_SCREENSHOT and app == "notebook":
             shutil.copyfile(shot, REPO / "notebooks" / "status_panel.png")
 
         errors = [m for m in console[len(at_load):] if m[0] in ("error", "pageerror")]
