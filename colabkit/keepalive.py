@@ -1,22 +1,29 @@
 """Keep-alive past Colab's idle cutoff: a top-level browser script, presence detection, idle-aware saves.
 
-    %keepalive            # or colabkit.keepalive("60s")
-    %keepalive off        # or colabkit.keepalive(False)
+    %keepalive              # or colabkit.keepalive("60s")
+    %keepalive --reconnect  # or colabkit.keepalive(reconnect=True)
+    %keepalive off          # or colabkit.keepalive(False)
 
 What it can and cannot do, honestly:
 
 * JavaScript from a notebook cell runs in a sandboxed output frame and cannot touch Colab's toolbar. The
   keep-alive script therefore has to run in the top-level Colab page: paste it into the browser's devtools
-  console, or drag the bookmarklet link to the bookmarks bar and click it on the Colab tab. It clicks the
-  connect button every ``interval`` and stops on ``stopKeepAlive()``.
-* It is best-effort: Google changes the page (the script knows the selectors seen so far and says in the
-  console when none matches), and a CAPTCHA / "are you still there?" dialog stops any auto-clicker. The
-  script does not click through such a dialog: it reports it (console, tab title, a banner) and waits.
-* It does not lift the runtime cap (about 12 h on the free tier): ``AutoResume(deadline="auto")`` saves and
-  stops before it.
+  console, or drag the bookmarklet link to the bookmarks bar and click it on the Colab tab. It stops on
+  ``stopKeepAlive()``.
+* Every ``interval`` (at least 30 s, plus up to 20 % at random) it reads the runtime's state from the connect
+  button's label and the open dialogs. Connected: it clicks the RAM/Disk meter, as widely used snippets do
+  (whether Colab counts that as activity is not published). Gone: it tells you (title, banner, console,
+  notification and tone where allowed) and does not reconnect, since a new runtime is a fresh VM with an empty
+  disk; ``reconnect=True`` lets it click Reconnect. A CAPTCHA / "are you still there?" dialog is never clicked.
+  No known button: it says so once, clicks nothing else and keeps checking.
+* It is best-effort: Google changes the page and publishes neither the idle rule nor the cutoff. It does not
+  lift the runtime cap (about 12 h on the free tier): ``AutoResume(deadline="auto")`` saves and stops before it.
 * colabkit cannot see from the kernel whether the script runs in your tab. What it can see is whether a
-  browser is attached (``colabkit.presence``): with keep-alive on, ``AutoResume(deadline="auto")`` saves and
-  uploads a checkpoint before the idle cutoff while no browser is attached, so a disconnect costs nothing.
+  browser is attached (``colabkit.presence``, a guess on Colab): with keep-alive on,
+  ``AutoResume(deadline="auto")`` saves and uploads a checkpoint before the idle cutoff while no browser is
+  attached. A lost runtime still costs the VM, its disk and everything since the last checkpoint.
+* Official routes without a script: Google's Colab extension for VS Code and Google's Colab CLI ping the runtime
+  from outside the VM with the user's Google sign-in; Colab's paid plans have offered background execution.
 
 Elsewhere (JupyterLab, a home rig) no idle cutoff applies; ``keepalive()`` says so and still starts presence
 detection (shown in the ``%colabkit`` panel).
@@ -69,7 +76,8 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   var DIALOGS = "mwc-dialog, md-dialog, paper-dialog, colab-dialog, dialog, [role=dialog], [role=alertdialog]";
   var ACTIONS = "md-text-button, md-filled-button, md-outlined-button, mwc-button, paper-button, button";
   var PERSON_TEXT = /still there|not a robot|captcha|verify (that )?(you're|you are) (a )?human|are you (a )?human/i;
-  var GONE_TEXT = /runtime disconnected|disconnected due to|has been disconnected|cannot connect to|could not connect|unable to connect|connection (was )?lost/i;
+  var GONE_TEXT = new RegExp("runtime disconnected|disconnected due to|has been disconnected|cannot connect to|" +
+    "could not connect|unable to connect|connection (was )?lost", "i");
   var RECONNECT_LABEL = /^(re)?connect$/i;
 
   function norm(text) {
@@ -226,9 +234,11 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     emit("activity");
   }
   function gone(dialog, found) {
-    var why = dialog ? "a \"" + dialog.text.slice(0, 60) + "\" dialog" : "the button says \"" + labelOf(found.el) + "\"";
+    var why = dialog ? "a \"" + dialog.text.slice(0, 60) + "\" dialog" :
+      "the button says \"" + labelOf(found.el) + "\"";
     if (options.reconnect && state.failedReconnects < 3) {
-      var target = dialog && dialog.button ? dialog.button : (found && runtimeOf(labelOf(found.el)) === "disconnected" ? found.el : null);
+      var target = dialog && dialog.button ? dialog.button :
+        (found && runtimeOf(labelOf(found.el)) === "disconnected" ? found.el : null);
       if (target) {
         console.warn(TAG, "the Colab runtime is gone (" + why + "); reconnecting as asked (reconnect=True). " +
           "This is a fresh VM: its disk and variables are empty; restore from your last checkpoint.");
@@ -546,7 +556,8 @@ def panel(interval=DEFAULT_INTERVAL, *, reconnect: bool = False):
         _enable_colab_widgets()
     seconds = parse_interval(interval)
     intro, button = panel_html(seconds, reconnect=reconnect)
-    code = widgets.Textarea(value=script(seconds, reconnect=reconnect), layout=widgets.Layout(width="100%", height="10em"))
+    code = widgets.Textarea(value=script(seconds, reconnect=reconnect),
+                            layout=widgets.Layout(width="100%", height="10em"))
     code.disabled = False
     box = widgets.VBox([widgets.HTML(intro), widgets.HTML(button), code])
     box.add_class("colabkit-keepalive")

@@ -76,9 +76,9 @@ def test_panel_presence_and_keepalive_in_a_real_browser(chromium, start_server, 
         "print('long cell done')")
     cells = ["%load_ext colabkit", "%colabkit", "%keepalive --poll 1s", "%keepalive --reconnect --script --poll 1s",
              "%keepalive --script --poll 1s",
-             "import numpy as np, colabkit\n"
-             "ck = colabkit.widgets.track(colabkit.Checkpoints('drive:runs/mnist'))\n"
-             "ck.save(1200, {'weights': np.zeros(1000, 'float32')}, epoch=3, wait=True)",
+             ("import numpy as np, colabkit\n"
+              "ck = colabkit.widgets.track(colabkit.Checkpoints('drive:runs/mnist'))\n"
+              "ck.save(1200, {'weights': np.zeros(1000, 'float32')}, epoch=3, wait=True)"),
              long_cell]
     (server.root / "panel.ipynb").write_text(json.dumps(notebook(cells)))
 

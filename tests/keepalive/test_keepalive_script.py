@@ -19,6 +19,8 @@ Google's reCAPTCHA script renders an invisible widget on any page; it is not a c
 """
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from colabkit import keepalive
@@ -37,7 +39,9 @@ window.runtime = "connected";
 window.CONNECT_ID = window.CONNECT_ID || "connect";
 var LABELS = {connected: '<span class="ram">RAM</span> <span class="disk">Disk</span>',
               connecting: "Connecting", disconnected: "Connect", reconnect: "Reconnect"};
-function inner() { var h = document.querySelector("colab-connect-button"); return h.shadowRoot.getElementById(CONNECT_ID); }
+function inner() {
+  return document.querySelector("colab-connect-button").shadowRoot.getElementById(CONNECT_ID);
+}
 window.setRuntime = function (s) { window.runtime = s; inner().innerHTML = LABELS[s]; };
 customElements.define("colab-connect-button", class extends HTMLElement {
   constructor() {
@@ -127,8 +131,8 @@ def page(chromium):
         if body is None:
             return route.fulfill(status=404, body="")
         return route.fulfill(status=200, content_type="text/html",
-                             body=f"<!doctype html><html><head><meta charset=\"utf-8\"><title>My notebook - Colab</title></head>"
-                                  f"<body>{body}</body></html>")
+                             body=f'<!doctype html><html><head><meta charset="utf-8">'
+                                  f"<title>My notebook - Colab</title></head><body>{body}</body></html>")
 
     page.route(f"{ORIGIN}/**", serve)
     page.messages = messages
@@ -172,7 +176,7 @@ def test_connected_keeps_the_page_active_every_interval_with_jitter(page, name):
     # 60 s plus up to 20 % jitter: 25 to 30 ticks in 30 min, every one of them an activity click.
     assert 25 <= len(done) <= 30, len(done)
     assert {c["runtime"] for c in done} == {"connected"}
-    gaps = [b["t"] - a["t"] for a, b in zip(done, done[1:])]
+    gaps = [b["t"] - a["t"] for a, b in itertools.pairwise(done)]
     assert all(60_000 <= g <= 72_000 for g in gaps), gaps
     assert len({round(g) for g in gaps}) > 3, "no jitter: every gap is the same"
     assert done[0]["t"] >= 60_000, "the first tick comes after one interval, not at once"
@@ -323,7 +327,8 @@ def test_bookmarklet_link_runs_the_same_script(page):
 # -- the interval floor -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", ["1s", "29s", 10, "0.5min"])
 def test_intervals_under_30s_are_refused_with_the_value_named(value):
-    seconds = keepalive.parse_duration(value, name="interval")
+    from colabkit.units import parse_duration
+    seconds = parse_duration(value, name="interval")
     if seconds >= 30:
         assert keepalive.parse_interval(value) == seconds
         return
