@@ -119,6 +119,8 @@ def snapshot() -> Snapshot:
         idle = "none here"
     elif p.state == ABSENT and p.since is not None:
         idle = f"{idle_label(e.idle_cutoff)} · reached at {_clock(p.since + e.idle_cutoff)} unless a browser returns"
+        if p.since_basis in ("kernel start", "presence start"):
+            idle += " (at the earliest: no browser seen yet)"
     elif p.state == ATTACHED:
         idle = f"{idle_label(e.idle_cutoff)} · not counting (a browser is attached)"
     else:

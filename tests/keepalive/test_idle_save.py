@@ -110,5 +110,6 @@ def test_idle_save_before_the_cutoff_with_no_browser(start_server, kernel_client
 
     # The status panel's text form shows when it happened.
     assert "last deadline save" in result["panel"] and f"before the {cutoff} idle cutoff" in result["panel"]
+    assert "unless a browser returns (at the earliest: no browser seen yet)" in result["panel"], result["panel"]
     print(f"\nidle save of step {step} committed {result['cutoff_at'] - saved_at:.1f} s before the "
           f"{cutoff} cutoff (absence began {time.strftime('%H:%M:%S', time.localtime(result['absent_since']))})")

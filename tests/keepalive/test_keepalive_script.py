@@ -107,6 +107,8 @@ PAGES = {
     "invisible-badge": TOOLBAR + INVISIBLE_BADGE,
     # Google renamed the inner button: the host element is still there, #connect is not.
     "renamed": "<script>window.CONNECT_ID = 'connect-2027'</script>" + TOOLBAR,
+    # A button whose label says nothing (an icon-only redesign): its state cannot be read.
+    "no-label": TOOLBAR + "<script>inner().innerHTML = '<svg width=20 height=20></svg>';</script>",
     "toolbar-2019": """<script>window.clicks = []; window.runtime = "connected";</script>
 <colab-toolbar id="top"><colab-toolbar-button id="connect">RAM Disk</colab-toolbar-button></colab-toolbar>
 <script>document.querySelector("#connect").addEventListener("click", function () {
@@ -280,6 +282,14 @@ def test_a_renamed_button_is_reported_once_and_the_host_is_never_clicked(page):
                         .getElementById('connect-2027'); b.id = 'connect'; }""")
     minutes(page, 1.5)
     assert len(clicks(page, "connect")) >= 1 and state(page)["runtime"] == "connected"
+
+
+def test_a_button_without_a_label_is_not_clicked(page):
+    start(page, "no-label", "60s")
+    minutes(page, 10)
+    assert clicks(page) == [], "clicked a button whose state it cannot read (it may attach a fresh VM)"
+    assert state(page)["runtime"] == "unknown"
+    assert len(warnings(page, "no label to read the runtime's state from")) == 1, page.messages
 
 
 # -- the title: restored only if it is still ours -----------------------------------------------------------
