@@ -1,0 +1,376 @@
+"""The keep-alive script for the top-level Colab page, as text: its options, the interval floor, the
+bookmarklet form. ``colabkit.keepalive`` hands it out; this module only builds it (no state, no display).
+
+The script reads the runtime's state from the toolbar's connect button and the open dialogs (the element names
+maintained public keep-alive extensions read; see tests/keepalive/test_keepalive_script.py), keeps the page
+active while connected, and by default only tells the user once the runtime is gone.
+"""
+from __future__ import annotations
+
+import json
+import urllib.parse
+
+from .units import DURATION_FORMS, parse_duration
+
+DEFAULT_INTERVAL = "60s"
+# Browsers run timers in background tabs about once a minute anyway, and a faster click rhythm looks like a bot.
+MIN_INTERVAL = 30.0
+
+# The script that runs in the top-level Colab page. No "//" comments: the bookmarklet form is one URL.
+# Element names and states are the ones maintained public keep-alive extensions read (colab-facts.md, and the
+# sources cited in tests/keepalive/test_keepalive_script.py); a known button is clicked, never a stand-in.
+SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Stop it with stopKeepAlive(). */
+(function (options) {
+  "use strict";
+  var TAG = "[colabkit keep-alive]";
+  if (typeof window.stopKeepAlive === "function") { window.stopKeepAlive(true); }
+  var intervalMs = options.intervalMs, jitter = options.jitter;
+  var state = window.colabkitKeepAlive = {
+    running: true, intervalMs: intervalMs, reconnect: options.reconnect, runtime: null, variant: null,
+    ticks: 0, activity: 0, clicks: 0, lastActivity: null, reconnects: 0, failedReconnects: 0,
+    dialog: null, dialogsSeen: 0, misses: 0, startedAt: new Date().toISOString()
+  };
+  var BUTTONS = [
+    ["colab-connect-button shadow root #connect", function () {
+      var hosts = document.querySelectorAll("colab-connect-button"), i, b;
+      for (i = 0; i < hosts.length; i++) {
+        b = hosts[i].shadowRoot ? hosts[i].shadowRoot.getElementById("connect") : null;
+        if (b) { return b; }
+      }
+      return null;
+    }],
+    ["colab-connect-button #connect", function () { return document.querySelector("colab-connect-button #connect"); }],
+    ["colab-toolbar-button#connect", function () { return document.querySelector("colab-toolbar-button#connect"); }]
+  ];
+  var DIALOGS = "mwc-dialog, md-dialog, paper-dialog, colab-dialog, dialog, [role=dialog], [role=alertdialog]";
+  var ACTIONS = "md-text-button, md-filled-button, md-outlined-button, mwc-button, paper-button, button";
+  var PERSON_TEXT = /still there|not a robot|captcha|verify (that )?(you're|you are) (a )?human|are you (a )?human/i;
+  var GONE_TEXT = new RegExp("runtime disconnected|disconnected due to|has been disconnected|cannot connect to|" +
+    "could not connect|unable to connect|connection (was )?lost", "i");
+  var RECONNECT_LABEL = /^(re)?connect$/i;
+
+  function norm(text) {
+    return String(text || "").replace(/[\u2018\u2019\u02bc\u2032`]/g, "'").replace(/\s+/g, " ").trim();
+  }
+  function deepQueryAll(root, selector, out) {
+    var i, all;
+    out = out || [];
+    all = root.querySelectorAll(selector);
+    for (i = 0; i < all.length; i++) { out.push(all[i]); }
+    all = root.querySelectorAll("*");
+    for (i = 0; i < all.length; i++) {
+      if (all[i].shadowRoot) { deepQueryAll(all[i].shadowRoot, selector, out); }
+    }
+    return out;
+  }
+  function deepText(el) {
+    var text = el.textContent || "", i, all = el.querySelectorAll ? el.querySelectorAll("*") : [];
+    if (el.shadowRoot) { text += " " + deepText(el.shadowRoot); }
+    for (i = 0; i < all.length; i++) {
+      if (all[i].shadowRoot) { text += " " + deepText(all[i].shadowRoot); }
+    }
+    return norm(text);
+  }
+  function styled(el) {
+    var style = window.getComputedStyle(el);
+    return !el.hasAttribute("hidden") && style.display !== "none" && style.visibility !== "hidden";
+  }
+  function shown(el) {
+    if (el.hasAttribute && (el.hasAttribute("open") || el.hasAttribute("opened"))) { return true; }
+    if (el.open === true || el.opened === true) { return true; }
+    if (/^(DIALOG|MWC-DIALOG|MD-DIALOG|PAPER-DIALOG)$/.test(el.tagName)) { return false; }
+    var r = el.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && styled(el);
+  }
+  function labelOf(el) {
+    var text = norm(el.innerText || el.textContent);
+    return text || norm(el.getAttribute("aria-label") || el.getAttribute("title"));
+  }
+  /* The connect button's label is the toolbar's state: Connect / Reconnect when no runtime is attached,
+     Connecting (or Allocating, Initializing) on the way, a RAM / Disk meter while connected. */
+  function runtimeOf(label) {
+    var l = label.toLowerCase();
+    if (!l) { return "unknown"; }
+    if (/\b(connecting|reconnecting|allocating|initiali[sz]ing)\b/.test(l)) { return "connecting"; }
+    if (/^(re)?connect\b/.test(l)) { return "disconnected"; }
+    return "connected";
+  }
+  /* A dialog that only a person may answer, or one that says the runtime is gone. */
+  function findDialog() {
+    var i, el, src, text, actions, j;
+    var boxes = deepQueryAll(document, "colab-recaptcha-dialog");
+    for (i = 0; i < boxes.length; i++) {
+      if (styled(boxes[i])) { return {kind: "captcha", text: "Colab's reCAPTCHA dialog (colab-recaptcha-dialog)"}; }
+    }
+    var frames = deepQueryAll(document, "iframe[src*='recaptcha']");
+    for (i = 0; i < frames.length; i++) {
+      el = frames[i]; src = el.getAttribute("src") || "";
+      /* the invisible-reCAPTCHA badge is not a challenge; a challenge frame (bframe) or a checkbox frame
+         inside a dialog is */
+      if (/[?&]size=invisible/.test(src) || el.closest(".grecaptcha-badge")) { continue; }
+      if (shown(el) && (/\/bframe/.test(src) || el.closest(DIALOGS))) {
+        return {kind: "captcha", text: "a reCAPTCHA challenge"};
+      }
+    }
+    var dialogs = deepQueryAll(document, DIALOGS), gone = null;
+    for (i = 0; i < dialogs.length; i++) {
+      if (!shown(dialogs[i])) { continue; }
+      text = deepText(dialogs[i]);
+      if (PERSON_TEXT.test(text)) {
+        return {kind: /captcha|robot/i.test(text) ? "captcha" : "still-there", text: text.slice(0, 160)};
+      }
+      actions = deepQueryAll(dialogs[i], ACTIONS);
+      var button = null;
+      for (j = 0; j < actions.length; j++) {
+        if (RECONNECT_LABEL.test(labelOf(actions[j]))) { button = actions[j]; break; }
+      }
+      if (!gone && (GONE_TEXT.test(text) || button)) {
+        gone = {kind: "disconnected", text: text.slice(0, 160), button: button};
+      }
+    }
+    return gone;
+  }
+  function findButton() {
+    for (var i = 0; i < BUTTONS.length; i++) {
+      var el = BUTTONS[i][1]();
+      if (el) { return {name: BUTTONS[i][0], el: el}; }
+    }
+    return null;
+  }
+  function emit(event, detail) {
+    detail = detail || {};
+    detail.event = event;
+    window.dispatchEvent(new CustomEvent("colabkit-keepalive", {detail: detail}));
+  }
+
+  /* One notice at a time in the tab title and a banner. The title is put back only if it is still the one
+     set here: Colab may have retitled the tab meanwhile. */
+  var notice = null;
+  function showNotice(kind, prefix, text) {
+    if (notice && notice.kind === kind) { return false; }
+    clearNotice();
+    var banner = document.createElement("div");
+    banner.id = "colabkit-keepalive-banner";
+    banner.textContent = text;
+    banner.setAttribute("style", "position:fixed;z-index:2147483647;top:0;left:0;right:0;padding:8px;" +
+      "background:#b00020;color:#fff;font:14px sans-serif;text-align:center");
+    (document.body || document.documentElement).appendChild(banner);
+    notice = {kind: kind, banner: banner, savedTitle: document.title, ourTitle: prefix + document.title};
+    document.title = notice.ourTitle;
+    alertUser(text);
+    return true;
+  }
+  function clearNotice() {
+    if (!notice) { return; }
+    if (notice.banner.parentNode) { notice.banner.parentNode.removeChild(notice.banner); }
+    if (document.title === notice.ourTitle) { document.title = notice.savedTitle; }
+    notice = null;
+  }
+  /* A desktop notification and a short tone, where the browser allows them (notification permission,
+     autoplay policy); silently nothing otherwise. */
+  function alertUser(text) {
+    if (!options.notify) { return; }
+    try {
+      if (window.Notification && Notification.permission === "granted") { new Notification("Colab", {body: text}); }
+    } catch (err) { /* not allowed here */ }
+    try {
+      var Context = window.AudioContext || window.webkitAudioContext;
+      if (Context) {
+        var ctx = new Context(), tone = ctx.createOscillator();
+        tone.frequency.value = 880;
+        tone.connect(ctx.destination);
+        tone.start();
+        tone.stop(ctx.currentTime + 0.25);
+      }
+    } catch (err) { /* no sound allowed */ }
+  }
+
+  function setRuntime(runtime) {
+    if (state.runtime !== runtime) {
+      state.runtime = runtime;
+      emit(runtime);
+    }
+  }
+  function keepActive(el) {
+    /* What widely used keep-alive snippets do while connected: click the meter the connect button shows,
+       and move the pointer over the page. Whether Colab counts either as activity is not published. */
+    var r = el.getBoundingClientRect();
+    document.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: r.left + 1, clientY: r.top + 1}));
+    el.click();
+    state.activity += 1;
+    state.clicks += 1;
+    state.lastActivity = new Date().toISOString();
+    emit("activity");
+  }
+  function gone(dialog, found) {
+    var why = dialog ? "a \"" + dialog.text.slice(0, 60) + "\" dialog" :
+      "the button says \"" + labelOf(found.el) + "\"";
+    if (options.reconnect && state.failedReconnects < 3) {
+      var target = dialog && dialog.button ? dialog.button :
+        (found && runtimeOf(labelOf(found.el)) === "disconnected" ? found.el : null);
+      if (target) {
+        console.warn(TAG, "the Colab runtime is gone (" + why + "); reconnecting as asked (reconnect=True). " +
+          "This is a fresh VM: its disk and variables are empty; restore from your last checkpoint.");
+        target.click();
+        state.reconnects += 1;
+        state.failedReconnects += 1;
+        state.clicks += 1;
+        emit("reconnect");
+        return;
+      }
+    }
+    var extra = options.reconnect ? " Reconnecting failed 3 times (Colab may be over its usage limits); " +
+      "not trying again." : "";
+    if (showNotice("gone", "\u26d4 Runtime gone - ", "colabkit keep-alive: the Colab runtime is gone. Not " +
+        "reconnecting: a new runtime is a fresh VM (empty disk, no variables). Reconnect yourself when you need " +
+        "one and resume from your last checkpoint." + extra)) {
+      console.warn(TAG, "the Colab runtime is gone (" + why + "); not reconnecting: a new runtime is a fresh " +
+        "VM (its disk and variables are empty) that would sit idle on your quota. Reconnect yourself when you " +
+        "need one, or run %keepalive --reconnect / colabkit.keepalive(reconnect=True) for a script that does." + extra);
+    }
+  }
+  function tick() {
+    if (!state.running) { return; }
+    state.ticks += 1;
+    try {
+      var dialog = findDialog();
+      if (dialog && dialog.kind !== "disconnected") {
+        state.dialog = {kind: dialog.kind, text: dialog.text};
+        if (showNotice("dialog", "\u26a0 Colab needs you - ", "colabkit keep-alive: Colab shows a dialog (" +
+            dialog.kind + ") that only you can answer. Keep-alive is paused until it is gone.")) {
+          state.dialogsSeen += 1;
+          console.warn(TAG, "Colab shows a dialog only you can answer (" + dialog.kind + "): \"" + dialog.text +
+            "\". Not clicking it; answer it yourself. Keep-alive resumes once it is gone.");
+          emit("dialog", {dialog: state.dialog});
+        }
+        return;
+      }
+      if (state.dialog) { state.dialog = null; emit("dialog-gone"); }
+      var found = findButton();
+      if (!found && !dialog) {
+        state.misses += 1;
+        if (state.runtime !== "no-button") {
+          console.warn(TAG, "no connect button found (is this the Colab tab? Google may have changed the page). " +
+            "Not clicking anything else; still checking every " + intervalMs / 1000 + " s. Stop with stopKeepAlive().");
+        }
+        setRuntime("no-button");
+        return;
+      }
+      if (found && state.variant !== found.name) {
+        state.variant = found.name;
+        console.info(TAG, "found the connect button (" + found.name + ")");
+      }
+      var runtime = dialog ? "disconnected" : runtimeOf(labelOf(found.el));
+      if (runtime === "unknown" && state.runtime !== "unknown") {
+        console.warn(TAG, "the connect button has no label to read the runtime's state from; not clicking it. " +
+          "Still checking.");
+      }
+      setRuntime(runtime);
+      if (runtime === "connected") {
+        state.failedReconnects = 0;
+        clearNotice();
+        keepActive(found.el);
+      } else if (runtime === "disconnected") {
+        gone(dialog, found);
+      }
+    } catch (err) {
+      console.warn(TAG, "tick failed: " + err);
+    }
+  }
+  var timer = null;
+  function schedule() {
+    if (!state.running) { return; }
+    timer = setTimeout(function () { tick(); schedule(); }, intervalMs * (1 + jitter * Math.random()));
+  }
+  schedule();
+  window.stopKeepAlive = function (quiet) {
+    var wasRunning = state.running;
+    clearTimeout(timer);
+    clearNotice();
+    state.running = false;
+    if (quiet !== true && wasRunning) { console.info(TAG, "stopped after " + state.clicks + " click(s)"); }
+    return state.clicks;
+  };
+  if (options.notify && window.Notification && Notification.permission === "default") {
+    try { Notification.requestPermission(); } catch (err) { /* needs a click on some browsers */ }
+  }
+  console.info(TAG, "started: checking the runtime every " + intervalMs / 1000 + " s (plus up to " +
+    Math.round(jitter * 100) + " %). While connected it keeps the page active; when the runtime is gone it " +
+    (options.reconnect ? "reconnects (a fresh VM)" : "tells you and does not reconnect") +
+    ". Best-effort; it does not lift the runtime cap. Stop it with stopKeepAlive().");
+})(__OPTIONS__);
+"""
+
+
+JITTER = 0.2   # each wait is interval x (1 + up to 20 %): no fixed, bot-like rhythm
+
+
+def _short(seconds: float) -> str:
+    """'60s', '0.5s', '2min', '1.5h' style: the way a user would type it."""
+    if seconds >= 3600 and seconds % 360 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}min"
+    return f"{seconds:g}s"
+
+
+def parse_interval(value) -> float:
+    """Seconds between clicks; raises ValueError with one clear line for anything else."""
+    try:
+        seconds = parse_duration(value, name="interval")
+    except ValueError:
+        if _negative_or_zero(value):
+            raise ValueError(f"keep-alive interval {value!r} is negative or zero; expected a positive duration "
+                             f"such as \"60s\" or \"2min\" (or \"off\").") from None
+        raise ValueError(f"keep-alive interval {value!r} is not a duration; expected \"off\" or "
+                         f"{DURATION_FORMS}.") from None
+    if seconds < MIN_INTERVAL:
+        raise ValueError(f"keep-alive interval {value!r} is too short; use at least {MIN_INTERVAL:g}s, e.g. \"60s\" "
+                         f"(browsers run timers in background tabs about once a minute anyway, and faster clicking "
+                         f"looks like a bot).")
+    return seconds
+
+
+def _negative_or_zero(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("-"):
+            return True
+        try:
+            value = float(text)
+        except ValueError:
+            return False
+    return isinstance(value, (int, float)) and value <= 0
+
+
+def negative_argument(line: str) -> str | None:
+    """For %keepalive: the one-line message for a negative interval such as "-5s" (argparse would call it an
+    unknown option), else None."""
+    for token in line.split():
+        if len(token) > 1 and token[0] == "-" and (token[1].isdigit() or token[1] == "."):
+            return (f"%keepalive: keep-alive interval {token!r} is negative; expected a positive duration such as "
+                    f"\"60s\" or \"2min\" (or \"off\").")
+    return None
+
+
+def script(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool = True) -> str:
+    """The keep-alive JavaScript for the top-level Colab page (devtools console or a bookmarklet).
+
+    interval: time between checks (at least 30s; each wait is up to 20 % longer, at random).
+    reconnect: when the runtime is gone, click Reconnect (a fresh VM: empty disk, no variables; at most 3 tries
+        in a row). Default False: the script tells you and waits.
+    notify: also a desktop notification (if the page was allowed to show them) and a short tone (if the browser
+        lets the page play sound) when something needs you.
+    """
+    ms = int(round(parse_interval(interval) * 1000))
+    options = {"intervalMs": ms, "jitter": JITTER, "reconnect": bool(reconnect), "notify": bool(notify)}
+    return SCRIPT_TEMPLATE.replace("__OPTIONS__", json.dumps(options))
+
+
+def bookmarklet(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool = True) -> str:
+    """The script as a ``javascript:`` URL to drag to the bookmarks bar and click on the Colab tab."""
+    code = script(interval, reconnect=reconnect, notify=notify)
+    compact = "\n".join(line.strip() for line in code.splitlines() if line.strip())
+    return "javascript:" + urllib.parse.quote(compact, safe="")
