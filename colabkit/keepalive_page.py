@@ -100,7 +100,12 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     var i, el, src, text, actions, j;
     var boxes = deepQueryAll(document, "colab-recaptcha-dialog");
     for (i = 0; i < boxes.length; i++) {
-      if (styled(boxes[i])) { return {kind: "captcha", text: "Colab's reCAPTCHA dialog (colab-recaptcha-dialog)"}; }
+      /* a closed dialog left in the page is not a challenge: with a dialog inside, that one must be open */
+      var inside = boxes[i].shadowRoot ? deepQueryAll(boxes[i].shadowRoot, DIALOGS) : [];
+      var open = inside.length ? inside.some(shown) : styled(boxes[i]);
+      if (open && styled(boxes[i])) {
+        return {kind: "captcha", text: "Colab's reCAPTCHA dialog (colab-recaptcha-dialog)"};
+      }
     }
     var frames = deepQueryAll(document, "iframe[src*='recaptcha']");
     for (i = 0; i < frames.length; i++) {
@@ -108,7 +113,8 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
       /* the invisible-reCAPTCHA badge is not a challenge; a challenge frame (bframe) or a checkbox frame
          inside a dialog is */
       if (/[?&]size=invisible/.test(src) || el.closest(".grecaptcha-badge")) { continue; }
-      if (shown(el) && (/\/bframe/.test(src) || el.closest(DIALOGS))) {
+      var box = el.closest(DIALOGS);
+      if (shown(el) && (/\/bframe/.test(src) || (box && shown(box)))) {
         return {kind: "captcha", text: "a reCAPTCHA challenge"};
       }
     }

@@ -87,6 +87,10 @@ customElements.define("colab-recaptcha-dialog", class extends HTMLElement {
 });
 </script><colab-recaptcha-dialog id="dlg"></colab-recaptcha-dialog>"""
 
+# The same element left in the page after its dialog closed: not a challenge.
+CLOSED_CAPTCHA_DIALOG = CAPTCHA_DIALOG.replace('<div role="dialog">', "<mwc-dialog>").replace(
+    "</md-text-button></div>", "</md-text-button></mwc-dialog>")
+
 # Curly apostrophe, as typeset text in dialogs often has it; no "captcha" or "robot" in it.
 STILL_THERE_DIALOG = ('<mwc-dialog id="dlg" open><h2>Still working?</h2><p>Please verify you\u2019re human to '
                       'keep using this runtime.</p>' + dialog_buttons("Cancel", "OK") + "</mwc-dialog>")
@@ -105,6 +109,7 @@ PAGES = {
     "captcha": TOOLBAR + CAPTCHA_DIALOG,
     "still-there": TOOLBAR + STILL_THERE_DIALOG,
     "invisible-badge": TOOLBAR + INVISIBLE_BADGE,
+    "closed-captcha": TOOLBAR + CLOSED_CAPTCHA_DIALOG,
     # Google renamed the inner button: the host element is still there, #connect is not.
     "renamed": "<script>window.CONNECT_ID = 'connect-2027'</script>" + TOOLBAR,
     # A button whose label says nothing (an icon-only redesign): its state cannot be read.
@@ -170,7 +175,7 @@ def our_errors(page) -> list:
 
 
 # -- connected: keep the page active ------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["connected", "toolbar-2019", "invisible-badge"])
+@pytest.mark.parametrize("name", ["connected", "toolbar-2019", "invisible-badge", "closed-captcha"])
 def test_connected_keeps_the_page_active_every_interval_with_jitter(page, name):
     start(page, name, "60s")
     minutes(page, 30)
