@@ -74,8 +74,8 @@ def honest_text(interval: float, reconnect: bool = False) -> str:
         f"finds no connect button, may stop working when Google changes the page, and does not lift the runtime "
         f"cap (about 12 h on the free tier). colabkit cannot see whether it runs. If the runtime goes, you lose "
         f"the VM, its disk and everything since your last checkpoint: AutoResume(deadline=\"auto\") saves and "
-        f"uploads one before the idle cutoff while no browser is attached. " + _official_routes())
-
+        f"uploads one before the idle cutoff (as colabkit counts it) while no browser is attached. "
+        + _official_routes())
 
 
 # -- on / off -----------------------------------------------------------------------------------------------
