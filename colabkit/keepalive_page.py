@@ -13,8 +13,10 @@ import urllib.parse
 from .units import DURATION_FORMS, parse_duration
 
 DEFAULT_INTERVAL = "60s"
-# Browsers run timers in background tabs about once a minute anyway, and a faster click rhythm looks like a bot.
+# A faster rhythm looks like a bot and gains little: Chrome runs chained timers in a tab hidden for 5 minutes or
+# more about once a minute anyway (intensive wake-up throttling; before that, about once a second).
 MIN_INTERVAL = 30.0
+JITTER = 0.2   # each wait is interval x (1 + up to 20 %): no fixed, bot-like rhythm
 
 # The script that runs in the top-level Colab page. No "//" comments: the bookmarklet form is one URL.
 # Element names and states are the ones maintained public keep-alive extensions read (colab-facts.md, and the
@@ -27,9 +29,10 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   var intervalMs = options.intervalMs, jitter = options.jitter;
   var state = window.colabkitKeepAlive = {
     running: true, intervalMs: intervalMs, reconnect: options.reconnect, runtime: null, variant: null,
-    ticks: 0, activity: 0, clicks: 0, lastActivity: null, reconnects: 0, failedReconnects: 0,
+    ticks: 0, activity: 0, clicks: 0, lastActivity: null, reconnects: 0, failedReconnects: 0, reconnectTimes: [],
     dialog: null, dialogsSeen: 0, misses: 0, startedAt: new Date().toISOString()
   };
+  var MAX_RECONNECTS = 3, HOUR_MS = 3600000;
   var BUTTONS = [
     ["colab-connect-button shadow root #connect", function () {
       var hosts = document.querySelectorAll("colab-connect-button"), i, b;
@@ -47,7 +50,8 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   var PERSON_TEXT = /still there|not a robot|captcha|verify (that )?(you're|you are) (a )?human|are you (a )?human/i;
   var GONE_TEXT = new RegExp("runtime disconnected|disconnected due to|has been disconnected|cannot connect to|" +
     "could not connect|unable to connect|connection (was )?lost", "i");
-  var RECONNECT_LABEL = /^(re)?connect$/i;
+  var RECONNECT_LABEL = /^reconnect$/i;
+  var METER = "meter, progress, [role=meter], [role=progressbar]";
 
   function norm(text) {
     return String(text || "").replace(/[\u2018\u2019\u02bc\u2032`]/g, "'").replace(/\s+/g, " ").trim();
@@ -63,6 +67,25 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     }
     return out;
   }
+  /* One walk over the page and its open shadow roots per tick, sorting out what findDialog needs. */
+  function collect() {
+    var found = {recaptcha: [], frames: [], dialogs: []};
+    (function walk(root) {
+      var all = root.querySelectorAll("*"), i, el;
+      for (i = 0; i < all.length; i++) {
+        el = all[i];
+        if (el.localName === "colab-recaptcha-dialog") { found.recaptcha.push(el); }
+        if (el.localName === "iframe" && /recaptcha/.test(el.getAttribute("src") || "")) { found.frames.push(el); }
+        if (el.matches(DIALOGS)) { found.dialogs.push(el); }
+        if (el.shadowRoot) { walk(el.shadowRoot); }
+      }
+    })(document);
+    return found;
+  }
+  function within(box, el) {
+    for (var n = el; n; n = n.parentNode || n.host) { if (n === box) { return true; } }
+    return false;
+  }
   function deepText(el) {
     var text = el.textContent || "", i, all = el.querySelectorAll ? el.querySelectorAll("*") : [];
     if (el.shadowRoot) { text += " " + deepText(el.shadowRoot); }
@@ -75,64 +98,71 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     var style = window.getComputedStyle(el);
     return !el.hasAttribute("hidden") && style.display !== "none" && style.visibility !== "hidden";
   }
+  function visible(el) {
+    var r = el.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && styled(el);
+  }
   function shown(el) {
     if (el.hasAttribute && (el.hasAttribute("open") || el.hasAttribute("opened"))) { return true; }
     if (el.open === true || el.opened === true) { return true; }
     if (/^(DIALOG|MWC-DIALOG|MD-DIALOG|PAPER-DIALOG)$/.test(el.tagName)) { return false; }
-    var r = el.getBoundingClientRect();
-    return r.width > 0 && r.height > 0 && styled(el);
+    return visible(el);
   }
   function labelOf(el) {
     var text = norm(el.innerText || el.textContent);
     return text || norm(el.getAttribute("aria-label") || el.getAttribute("title"));
   }
   /* The connect button's label is the toolbar's state: Connect / Reconnect when no runtime is attached,
-     Connecting (or Allocating, Initializing) on the way, a RAM / Disk meter while connected. */
-  function runtimeOf(label) {
-    var l = label.toLowerCase();
-    if (!l) { return "unknown"; }
+     Connecting (or Allocating, Initializing) on the way, a RAM / Disk meter while connected. Only those
+     (English) labels are known: anything else, say a UI in another language, is "unknown" and never clicked. */
+  function runtimeOf(el) {
+    var l = labelOf(el).toLowerCase();
     if (/\b(connecting|reconnecting|allocating|initiali[sz]ing)\b/.test(l)) { return "connecting"; }
     if (/^(re)?connect\b/.test(l)) { return "disconnected"; }
-    return "connected";
+    if (/\b(ram|disk)\b/.test(l) || deepQueryAll(el, METER).length) { return "connected"; }
+    return "unknown";
   }
   /* A dialog that only a person may answer, or one that says the runtime is gone. */
   function findDialog() {
-    var i, el, src, text, actions, j;
-    var boxes = deepQueryAll(document, "colab-recaptcha-dialog");
+    var i, el, src, text, actions, j, found = collect();
+    var boxes = found.recaptcha;
     for (i = 0; i < boxes.length; i++) {
-      /* a closed dialog left in the page is not a challenge: with a dialog inside, that one must be open */
-      var inside = boxes[i].shadowRoot ? deepQueryAll(boxes[i].shadowRoot, DIALOGS) : [];
-      var open = inside.length ? inside.some(shown) : styled(boxes[i]);
-      if (open && styled(boxes[i])) {
+      /* a closed dialog left in the page is not a challenge: with a dialog inside (in its shadow root or its
+         light DOM), that one must be open; without one, the element itself must show */
+      var box = boxes[i];
+      var inside = found.dialogs.filter(function (d) { return within(box, d); });
+      var open = inside.length ? inside.some(shown) : visible(box);
+      if (open && styled(box)) {
         return {kind: "captcha", text: "Colab's reCAPTCHA dialog (colab-recaptcha-dialog)"};
       }
     }
-    var frames = deepQueryAll(document, "iframe[src*='recaptcha']");
+    var frames = found.frames;
     for (i = 0; i < frames.length; i++) {
       el = frames[i]; src = el.getAttribute("src") || "";
       /* the invisible-reCAPTCHA badge is not a challenge; a challenge frame (bframe) or a checkbox frame
          inside a dialog is */
       if (/[?&]size=invisible/.test(src) || el.closest(".grecaptcha-badge")) { continue; }
-      var box = el.closest(DIALOGS);
-      if (shown(el) && (/\/bframe/.test(src) || (box && shown(box)))) {
+      var holder = el.closest(DIALOGS);
+      if (shown(el) && (/\/bframe/.test(src) || (holder && shown(holder)))) {
         return {kind: "captcha", text: "a reCAPTCHA challenge"};
       }
     }
-    var dialogs = deepQueryAll(document, DIALOGS), gone = null;
+    var dialogs = found.dialogs, gone = null;
     for (i = 0; i < dialogs.length; i++) {
       if (!shown(dialogs[i])) { continue; }
       text = deepText(dialogs[i]);
       if (PERSON_TEXT.test(text)) {
         return {kind: /captcha|robot/i.test(text) ? "captcha" : "still-there", text: text.slice(0, 160)};
       }
+      /* Only a dialog that says the runtime is gone counts, and only its Reconnect is ever clicked: Colab's
+         "Connect to a local runtime" dialog also has a Connect button. */
+      if (gone || !GONE_TEXT.test(text)) { continue; }
       actions = deepQueryAll(dialogs[i], ACTIONS);
       var button = null;
       for (j = 0; j < actions.length; j++) {
         if (RECONNECT_LABEL.test(labelOf(actions[j]))) { button = actions[j]; break; }
       }
-      if (!gone && (GONE_TEXT.test(text) || button)) {
-        gone = {kind: "disconnected", text: text.slice(0, 160), button: button};
-      }
+      gone = {kind: "disconnected", text: text.slice(0, 160), button: button};
     }
     return gone;
   }
@@ -183,6 +213,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
       var Context = window.AudioContext || window.webkitAudioContext;
       if (Context) {
         var ctx = new Context(), tone = ctx.createOscillator();
+        tone.onended = function () { ctx.close(); };
         tone.frequency.value = 880;
         tone.connect(ctx.destination);
         tone.start();
@@ -198,35 +229,47 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     }
   }
   function keepActive(el) {
-    /* What widely used keep-alive snippets do while connected: click the meter the connect button shows,
-       and move the pointer over the page. Whether Colab counts either as activity is not published. */
+    /* Nothing is clicked while connected: a click on the RAM/Disk meter may open Colab's resources view, and
+       the extensions this follows click only a button that says Connect. A synthetic pointer move is all; the
+       browser marks it untrusted and Colab likely ignores it. */
     var r = el.getBoundingClientRect();
     document.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: r.left + 1, clientY: r.top + 1}));
-    el.click();
     state.activity += 1;
-    state.clicks += 1;
     state.lastActivity = new Date().toISOString();
     emit("activity");
   }
   function gone(dialog, found) {
     var why = dialog ? "a \"" + dialog.text.slice(0, 60) + "\" dialog" :
       "the button says \"" + labelOf(found.el) + "\"";
-    if (options.reconnect && state.failedReconnects < 3) {
+    var extra = "";
+    if (options.reconnect) {
+      /* At most 3 tries in a row that bring no runtime, and at most 3 reconnects an hour: a runtime that
+         keeps dropping must not turn into one fresh VM after another. */
+      var now = Date.now();
+      state.reconnectTimes = state.reconnectTimes.filter(function (t) { return now - t < HOUR_MS; });
       var target = dialog && dialog.button ? dialog.button :
-        (found && runtimeOf(labelOf(found.el)) === "disconnected" ? found.el : null);
-      if (target) {
+        (found && runtimeOf(found.el) === "disconnected" ? found.el : null);
+      if (state.failedReconnects >= MAX_RECONNECTS) {
+        extra = " Reconnecting failed " + MAX_RECONNECTS + " times in a row (Colab may be over its usage " +
+          "limits); not trying again until you reconnect yourself.";
+      } else if (state.reconnectTimes.length >= MAX_RECONNECTS) {
+        extra = " Reconnected " + MAX_RECONNECTS + " times in the last hour (each a fresh VM); not reconnecting " +
+          "again within the hour.";
+      } else if (!target) {
+        extra = " Found nothing to click to reconnect (no Reconnect button in the dialog, no known connect " +
+          "button that says Connect).";
+      } else {
         console.warn(TAG, "the Colab runtime is gone (" + why + "); reconnecting as asked (reconnect=True). " +
           "This is a fresh VM: its disk and variables are empty; restore from your last checkpoint.");
         target.click();
         state.reconnects += 1;
         state.failedReconnects += 1;
+        state.reconnectTimes.push(now);
         state.clicks += 1;
         emit("reconnect");
         return;
       }
     }
-    var extra = options.reconnect ? " Reconnecting failed 3 times (Colab may be over its usage limits); " +
-      "not trying again." : "";
     if (showNotice("gone", "\u26d4 Runtime gone - ", "colabkit keep-alive: the Colab runtime is gone. Not " +
         "reconnecting: a new runtime is a fresh VM (empty disk, no variables). Reconnect yourself when you need " +
         "one and resume from your last checkpoint." + extra)) {
@@ -266,10 +309,12 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
         state.variant = found.name;
         console.info(TAG, "found the connect button (" + found.name + ")");
       }
-      var runtime = dialog ? "disconnected" : runtimeOf(labelOf(found.el));
+      var runtime = dialog ? "disconnected" : runtimeOf(found.el);
       if (runtime === "unknown" && state.runtime !== "unknown") {
-        console.warn(TAG, "the connect button has no label to read the runtime's state from; not clicking it. " +
-          "Still checking.");
+        var label = labelOf(found.el);
+        console.warn(TAG, (label ? "the connect button says \"" + label.slice(0, 40) + "\", which this script " +
+          "cannot read as a state (it knows Colab's English labels only)" : "the connect button has no label to " +
+          "read the runtime's state from") + "; not clicking it. Still checking.");
       }
       setRuntime(runtime);
       if (runtime === "connected") {
@@ -298,17 +343,17 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     return state.clicks;
   };
   if (options.notify && window.Notification && Notification.permission === "default") {
-    try { Notification.requestPermission(); } catch (err) { /* needs a click on some browsers */ }
+    try {
+      var asked = Notification.requestPermission();
+      if (asked && asked.catch) { asked.catch(function () { /* refused without a click */ }); }
+    } catch (err) { /* needs a click on some browsers */ }
   }
   console.info(TAG, "started: checking the runtime every " + intervalMs / 1000 + " s (plus up to " +
-    Math.round(jitter * 100) + " %). While connected it keeps the page active; when the runtime is gone it " +
+    Math.round(jitter * 100) + " %). While connected it clicks nothing; when the runtime is gone it " +
     (options.reconnect ? "reconnects (a fresh VM)" : "tells you and does not reconnect") +
     ". Best-effort; it does not lift the runtime cap. Stop it with stopKeepAlive().");
 })(__OPTIONS__);
 """
-
-
-JITTER = 0.2   # each wait is interval x (1 + up to 20 %): no fixed, bot-like rhythm
 
 
 def _short(seconds: float) -> str:
@@ -321,7 +366,7 @@ def _short(seconds: float) -> str:
 
 
 def parse_interval(value) -> float:
-    """Seconds between clicks; raises ValueError with one clear line for anything else."""
+    """Seconds between checks; raises ValueError with one clear line for anything else."""
     try:
         seconds = parse_duration(value, name="interval")
     except ValueError:
@@ -332,8 +377,8 @@ def parse_interval(value) -> float:
                          f"{DURATION_FORMS}.") from None
     if seconds < MIN_INTERVAL:
         raise ValueError(f"keep-alive interval {value!r} is too short; use at least {MIN_INTERVAL:g}s, e.g. \"60s\" "
-                         f"(browsers run timers in background tabs about once a minute anyway, and faster clicking "
-                         f"looks like a bot).")
+                         f"(Chrome runs timers in a tab hidden for 5 minutes or more about once a minute anyway, "
+                         f"and a faster rhythm looks like a bot).")
     return seconds
 
 
@@ -366,7 +411,7 @@ def script(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool =
 
     interval: time between checks (at least 30s; each wait is up to 20 % longer, at random).
     reconnect: when the runtime is gone, click Reconnect (a fresh VM: empty disk, no variables; at most 3 tries
-        in a row). Default False: the script tells you and waits.
+        in a row and 3 reconnects an hour). Default False: the script tells you and waits.
     notify: also a desktop notification (if the page was allowed to show them) and a short tone (if the browser
         lets the page play sound) when something needs you.
     """

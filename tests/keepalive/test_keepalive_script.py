@@ -31,8 +31,10 @@ ORIGIN = "http://colab.test"
 MINUTE = 60_000
 
 # Every page records clicks in window.clicks: {t: performance.now(), target: "connect" | "host" | "dialog:<label>",
-# runtime: the state the page was in when clicked}. window.setRuntime(state) relabels the button the way
-# Colab does; clicking it while disconnected starts "Connecting", then "connected" 10 s later (a fresh VM).
+# runtime: the state the page was in when clicked}, and the script's (synthetic) pointer moves in window.moves.
+# window.setRuntime(state) relabels the button the way Colab does; clicking it while disconnected starts
+# "Connecting", then "connected" 10 s later (a fresh VM); window.STUCK makes the click do nothing (Colab refusing
+# a new VM), window.DROP_AFTER drops each new runtime again after that many ms.
 TOOLBAR = """<script>
 window.clicks = [];
 window.runtime = "connected";
@@ -52,9 +54,13 @@ customElements.define("colab-connect-button", class extends HTMLElement {
     this.addEventListener("click", function (e) {
       var own = e.composedPath()[0] === host;
       window.clicks.push({t: performance.now(), target: own ? "host" : "connect", runtime: window.runtime});
-      if (!own && (window.runtime === "disconnected" || window.runtime === "reconnect")) {
+      if (!own && !window.STUCK && (window.runtime === "disconnected" || window.runtime === "reconnect")) {
         setRuntime("connecting");
-        setTimeout(function () { setRuntime("connected"); }, 10000);
+        setTimeout(function () {
+          setRuntime("connected");
+          /* a runtime that drops again soon after each reconnect */
+          if (window.DROP_AFTER) { setTimeout(function () { setRuntime("reconnect"); }, window.DROP_AFTER); }
+        }, 10000);
       }
     });
   }
@@ -87,6 +93,29 @@ customElements.define("colab-recaptcha-dialog", class extends HTMLElement {
 });
 </script><colab-recaptcha-dialog id="dlg"></colab-recaptcha-dialog>"""
 
+# The element alone, no reCAPTCHA frame in it and no challenge wording: recognised by its name.
+CAPTCHA_ELEMENT_ONLY = """<script>
+customElements.define("colab-recaptcha-dialog", class extends HTMLElement {
+  constructor() {
+    super();
+    this.attachShadow({mode: "open"}).innerHTML =
+      '<md-dialog open><div slot="content" style="width:300px;height:80px"></div>' +
+      '<md-text-button slot="secondaryAction">Cancel</md-text-button></md-dialog>';
+  }
+});
+</script><colab-recaptcha-dialog id="dlg"></colab-recaptcha-dialog>"""
+
+# Not upgraded (no shadow root), its dialog in the light DOM: closed, then open.
+LIGHT_CAPTCHA_CLOSED = ('<colab-recaptcha-dialog id="dlg"><md-dialog><div style="width:300px;height:80px">'
+                        '</div><md-text-button>Cancel</md-text-button></md-dialog></colab-recaptcha-dialog>')
+LIGHT_CAPTCHA_OPEN = LIGHT_CAPTCHA_CLOSED.replace("<md-dialog>", "<md-dialog open>")
+
+# Colab's own "Connect to a local runtime" dialog: a Connect button, but the runtime is not gone.
+LOCAL_RUNTIME_DIALOG = (
+    '<md-dialog id="dlg" open><div slot="headline">Connect to a local runtime</div>'
+    '<div slot="content">Set up Jupyter on your machine, then enter the backend URL.<input value="http://localhost:8888">'
+    '</div><div slot="actions">' + "{buttons}" + "</div></md-dialog>")
+
 # The same element left in the page after its dialog closed: not a challenge.
 CLOSED_CAPTCHA_DIALOG = CAPTCHA_DIALOG.replace('<div role="dialog">', "<mwc-dialog>").replace(
     "</md-text-button></div>", "</md-text-button></mwc-dialog>")
@@ -110,6 +139,23 @@ PAGES = {
     "still-there": TOOLBAR + STILL_THERE_DIALOG,
     "invisible-badge": TOOLBAR + INVISIBLE_BADGE,
     "closed-captcha": TOOLBAR + CLOSED_CAPTCHA_DIALOG,
+    "captcha-element-only": TOOLBAR + CAPTCHA_ELEMENT_ONLY,
+    "light-captcha-closed": TOOLBAR + LIGHT_CAPTCHA_CLOSED,
+    "light-captcha-open": TOOLBAR + LIGHT_CAPTCHA_OPEN,
+    "local-runtime-dialog": TOOLBAR + LOCAL_RUNTIME_DIALOG.replace("{buttons}", dialog_buttons("Cancel", "Connect")),
+    # A UI in another language: the disconnected button's label is not an English one.
+    "other-language": "<script>window.INITIAL = 'disconnected'</script>" + TOOLBAR +
+                      "<script>inner().textContent = 'Verbinden';</script>",
+    # The same UI while connected: the meter still says RAM.
+    "other-language-connected": TOOLBAR + "<script>inner().innerHTML = "
+                                "'<span class=\"ram\">RAM</span> <span class=\"disk\">Datentr\u00e4ger</span>';</script>",
+    # Colab refuses a new VM: the button keeps saying Reconnect.
+    "stuck-reconnect": "<script>window.INITIAL = 'reconnect'; window.STUCK = true;</script>" + TOOLBAR,
+    # Each new VM drops again two minutes after it connected.
+    "dropping": "<script>window.INITIAL = 'reconnect'; window.DROP_AFTER = 120000;</script>" + TOOLBAR,
+    # Gone, with no known connect button and a dialog with nothing to reconnect with.
+    "gone-nothing-to-click": "<script>window.CONNECT_ID = 'connect-2027'</script>" + TOOLBAR +
+                             DISCONNECTED_DIALOG.replace(dialog_buttons("Close", "Reconnect"), dialog_buttons("Close")),
     # Google renamed the inner button: the host element is still there, #connect is not.
     "renamed": "<script>window.CONNECT_ID = 'connect-2027'</script>" + TOOLBAR,
     # A button whose label says nothing (an icon-only redesign): its state cannot be read.
@@ -124,6 +170,9 @@ PAGES = {
 @pytest.fixture
 def page(chromium):
     context = chromium.new_context()
+    context.add_init_script("""window.moves = [];
+        document.addEventListener("mousemove", function (e) {
+          window.moves.push({t: performance.now(), trusted: e.isTrusted}); }, true);""")
     page = context.new_page()
     page.clock.install()
     messages = []
@@ -162,6 +211,11 @@ def clicks(page, target=None) -> list:
     return [c for c in page.evaluate("window.clicks") if target is None or c["target"] == target]
 
 
+def moves(page) -> list:
+    """The script's keep-active gestures (synthetic pointer moves) so far."""
+    return page.evaluate("window.moves")
+
+
 def state(page) -> dict:
     return page.evaluate("window.colabkitKeepAlive")
 
@@ -179,10 +233,12 @@ def our_errors(page) -> list:
 def test_connected_keeps_the_page_active_every_interval_with_jitter(page, name):
     start(page, name, "60s")
     minutes(page, 30)
-    done = clicks(page, "connect")
-    # 60 s plus up to 20 % jitter: 25 to 30 ticks in 30 min, every one of them an activity click.
+    # While connected nothing is clicked (a click on the RAM/Disk meter may open Colab's resources view).
+    assert clicks(page) == [], clicks(page)
+    done = moves(page)
+    # 60 s plus up to 20 % jitter: 25 to 30 ticks in 30 min, every one of them an activity gesture.
     assert 25 <= len(done) <= 30, len(done)
-    assert {c["runtime"] for c in done} == {"connected"}
+    assert not any(m["trusted"] for m in done)
     gaps = [b["t"] - a["t"] for a, b in itertools.pairwise(done)]
     assert all(60_000 <= g <= 72_000 for g in gaps), gaps
     assert len({round(g) for g in gaps}) > 3, "no jitter: every gap is the same"
@@ -200,7 +256,7 @@ def test_connecting_is_left_alone(page):
     assert clicks(page) == [] and state(page)["runtime"] == "connecting"
     page.evaluate("setRuntime('connected')")
     minutes(page, 2.5)
-    assert len(clicks(page, "connect")) >= 1
+    assert len(moves(page)) >= 1 and clicks(page) == []
 
 
 # -- the runtime is gone: tell the user, never reconnect by default -----------------------------------------
@@ -213,7 +269,7 @@ def test_a_gone_runtime_is_reported_and_not_reconnected(page, name):
     assert s["runtime"] == "disconnected" and s["reconnects"] == 0
     said = warnings(page, "runtime is gone")
     assert len(said) == 1, page.messages   # once, not every tick
-    assert "not reconnecting" in said[0] and "reconnect=True" in said[0]
+    assert "not reconnecting" in said[0] and "reconnect=True" in said[0] and "failed" not in said[0]
     assert page.title().startswith("\u26d4 Runtime gone")
     banner = page.locator("#colabkit-keepalive-banner")
     assert banner.is_visible() and "runtime is gone" in banner.inner_text()
@@ -227,7 +283,7 @@ def test_after_the_user_reconnects_it_keeps_the_page_active_again(page):
     assert clicks(page) == []
     page.evaluate("setRuntime('connected')")   # the user clicked Connect themselves
     minutes(page, 3)
-    assert len(clicks(page, "connect")) >= 2 and state(page)["runtime"] == "connected"
+    assert len(moves(page)) >= 2 and state(page)["runtime"] == "connected" and clicks(page) == []
     assert page.title() == "My notebook - Colab"
     assert page.locator("#colabkit-keepalive-banner").count() == 0
     assert "connected" in page.evaluate("window.events")
@@ -240,9 +296,8 @@ def test_reconnect_opt_in_clicks_connect_once_and_then_keeps_alive(page):
     assert [c["target"] for c in first] == ["connect"] and first[0]["runtime"] == "reconnect"
     assert any("fresh VM" in m for kind, m in page.messages if kind == "warning")
     minutes(page, 10)
-    later = clicks(page)[1:]
-    assert later and {c["runtime"] for c in later} == {"connected"}, later   # no second reconnect
-    assert state(page)["reconnects"] == 1
+    assert len(clicks(page)) == 1, clicks(page)   # no second reconnect, no clicks while connected
+    assert moves(page) and state(page)["reconnects"] == 1 and state(page)["runtime"] == "connected"
 
 
 def test_reconnect_opt_in_uses_the_dialogs_reconnect_button(page):
@@ -250,6 +305,59 @@ def test_reconnect_opt_in_uses_the_dialogs_reconnect_button(page):
     minutes(page, 1.3)
     assert [c["target"] for c in clicks(page)] == ["dialog:Reconnect"]
     assert state(page)["reconnects"] == 1
+
+
+@pytest.mark.parametrize("reconnect", [False, True])
+def test_a_label_in_another_language_is_unknown_and_never_clicked(page, reconnect):
+    start(page, "other-language", "60s", reconnect=reconnect)
+    minutes(page, 10)
+    assert clicks(page) == [], "clicked a button whose label it cannot read (here: a disconnected one)"
+    assert moves(page) == [] and state(page)["runtime"] == "unknown"
+    said = warnings(page, '"Verbinden"')
+    assert len(said) == 1 and "not clicking" in said[0], page.messages
+
+
+def test_the_meter_in_another_language_still_reads_as_connected(page):
+    start(page, "other-language-connected", "60s")
+    minutes(page, 5)
+    assert state(page)["runtime"] == "connected" and len(moves(page)) >= 4 and clicks(page) == []
+
+
+@pytest.mark.parametrize("reconnect", [False, True])
+def test_the_local_runtime_dialogs_connect_button_is_not_a_gone_runtime(page, reconnect):
+    start(page, "local-runtime-dialog", "60s", reconnect=reconnect)
+    minutes(page, 5)
+    assert clicks(page) == [], "clicked Connect in Colab's local-runtime dialog"
+    s = state(page)
+    assert s["runtime"] == "connected" and s["reconnects"] == 0
+    assert warnings(page, "runtime is gone") == [] and page.locator("#colabkit-keepalive-banner").count() == 0
+    assert page.title() == "My notebook - Colab"
+
+
+def test_reconnect_stops_after_three_tries_that_change_nothing(page):
+    start(page, "stuck-reconnect", "60s", reconnect=True)
+    minutes(page, 30)
+    assert [c["target"] for c in clicks(page)] == ["connect"] * 3, clicks(page)
+    said = warnings(page, "failed 3 times")
+    assert len(said) == 1, page.messages
+    assert page.title().startswith("\u26d4 Runtime gone")
+    assert "failed 3 times" in page.locator("#colabkit-keepalive-banner").inner_text()
+
+
+def test_a_runtime_that_keeps_dropping_is_reconnected_at_most_three_times_an_hour(page):
+    start(page, "dropping", "60s", reconnect=True)
+    minutes(page, 55)
+    assert len(clicks(page)) == 3, [c["runtime"] for c in clicks(page)]
+    assert len(warnings(page, "3 times in the last hour")) == 1, page.messages
+    assert state(page)["runtime"] == "disconnected"
+
+
+def test_reconnect_with_nothing_to_click_says_so_without_claiming_failed_tries(page):
+    start(page, "gone-nothing-to-click", "60s", reconnect=True)
+    minutes(page, 5)
+    assert clicks(page) == []
+    said = warnings(page, "runtime is gone")
+    assert len(said) == 1 and "failed" not in said[0] and "nothing to click" in said[0], page.messages
 
 
 # -- dialogs only a person may answer -----------------------------------------------------------------------
@@ -265,12 +373,39 @@ def test_a_challenge_is_never_clicked_through(page, name, kind, reconnect):
     assert page.title().startswith("\u26a0 Colab needs you")
     assert page.locator("#colabkit-keepalive-banner").is_visible()
 
+    assert moves(page) == []
     page.evaluate("document.getElementById('dlg').remove()")   # the user answered it
     minutes(page, 1.5)
-    assert len(clicks(page, "connect")) >= 1
+    assert len(moves(page)) >= 1 and clicks(page) == []
     assert page.title() == "My notebook - Colab"
     assert page.locator("#colabkit-keepalive-banner").count() == 0
     assert our_errors(page) == []
+
+
+@pytest.mark.parametrize("name, challenge", [("captcha-element-only", True), ("light-captcha-open", True),
+                                             ("light-captcha-closed", False)])
+def test_colab_recaptcha_dialog_is_recognised_by_its_element_and_open_state(page, name, challenge):
+    start(page, name, "60s")
+    minutes(page, 5)
+    assert clicks(page) == []
+    if challenge:
+        assert state(page)["dialog"]["kind"] == "captcha" and moves(page) == []
+        assert len(warnings(page, "only you can answer")) == 1, page.messages
+    else:
+        assert state(page)["dialog"] is None and len(moves(page)) >= 4
+        assert warnings(page, "only you can answer") == []
+
+
+def test_the_title_colab_sets_during_a_still_there_dialog_is_kept(page):
+    start(page, "still-there", "60s")
+    minutes(page, 1.5)
+    assert page.title().startswith("\u26a0 Colab needs you")
+    page.evaluate("document.title = 'Renamed notebook - Colab'")   # Colab retitles the tab meanwhile
+    page.evaluate("document.getElementById('dlg').remove()")
+    minutes(page, 1.5)
+    assert page.title() == "Renamed notebook - Colab"
+    page.evaluate("stopKeepAlive()")
+    assert page.title() == "Renamed notebook - Colab"
 
 
 # -- a renamed button: say so once, never click a stand-in --------------------------------------------------
@@ -286,7 +421,7 @@ def test_a_renamed_button_is_reported_once_and_the_host_is_never_clicked(page):
     page.evaluate("""() => { var b = document.querySelector('colab-connect-button').shadowRoot
                         .getElementById('connect-2027'); b.id = 'connect'; }""")
     minutes(page, 1.5)
-    assert len(clicks(page, "connect")) >= 1 and state(page)["runtime"] == "connected"
+    assert len(moves(page)) >= 1 and state(page)["runtime"] == "connected"
 
 
 def test_a_button_without_a_label_is_not_clicked(page):
@@ -316,7 +451,7 @@ def test_stop_ends_the_timer_and_cleans_up(page):
     assert page.title() == "My notebook - Colab" and page.locator("#colabkit-keepalive-banner").count() == 0
     page.evaluate("setRuntime('connected')")
     minutes(page, 10)
-    assert clicks(page) == [] and state(page)["running"] is False
+    assert clicks(page) == [] and moves(page) == [] and state(page)["running"] is False
     assert page.evaluate("stopKeepAlive()") == 0   # a second stop is harmless
 
 
@@ -324,7 +459,7 @@ def test_injecting_twice_leaves_one_timer(page):
     start(page, "connected", "60s")
     page.add_script_tag(content=keepalive.script("60s"))
     minutes(page, 10)
-    assert 8 <= len(clicks(page, "connect")) <= 10
+    assert 8 <= len(moves(page)) <= 10
 
 
 def test_bookmarklet_link_runs_the_same_script(page):
@@ -335,7 +470,7 @@ def test_bookmarklet_link_runs_the_same_script(page):
                                a.textContent = 'Colab keep-alive'; document.body.appendChild(a); }""", href)
     page.click("#bm")
     minutes(page, 5)
-    assert len(clicks(page, "connect")) >= 4
+    assert len(moves(page)) >= 4
     assert our_errors(page) == []
 
 
