@@ -11,10 +11,10 @@ What it can and cannot do, honestly:
   console, or drag the bookmarklet link to the bookmarks bar and click it on the Colab tab. It stops on
   ``stopKeepAlive()``.
 * Every ``interval`` (at least 30 s, plus up to 20 % at random) it reads the runtime's state from the connect
-  button's label and the open dialogs. Connected: it clicks the RAM/Disk meter, as widely used snippets do
-  (whether Colab counts that as activity is not published). Gone: it tells you (title, banner, console,
+  button's label and the open dialogs. Connected: it clicks nothing (only a synthetic, untrusted pointer move,
+  which Colab likely ignores); what Colab counts as activity is not published. Gone: it tells you (title, banner, console,
   notification and tone where allowed) and does not reconnect, since a new runtime is a fresh VM with an empty
-  disk; ``reconnect=True`` lets it click Reconnect. A CAPTCHA / "are you still there?" dialog is never clicked.
+  disk; ``reconnect=True`` lets it click Reconnect (at most 3 tries in a row, 3 an hour). A CAPTCHA / "are you still there?" dialog is never clicked.
   No known button: it says so once, clicks nothing else and keeps checking.
 * It is best-effort: Google changes the page and publishes neither the idle rule nor the cutoff. It does not
   lift the runtime cap (about 12 h on the free tier): ``AutoResume(deadline="auto")`` saves and stops before it.
@@ -22,8 +22,9 @@ What it can and cannot do, honestly:
   browser is attached (``colabkit.presence``, a guess on Colab): with keep-alive on,
   ``AutoResume(deadline="auto")`` saves and uploads a checkpoint before the idle cutoff while no browser is
   attached. A lost runtime still costs the VM, its disk and everything since the last checkpoint.
-* Official routes without a script: Google's Colab extension for VS Code and Google's Colab CLI ping the runtime
-  from outside the VM with the user's Google sign-in; Colab's paid plans have offered background execution.
+* Official routes without a script: Google's Colab extension for VS Code and Google's Colab CLI ping a runtime
+  they connected or created from outside the VM with the user's Google sign-in; Colab's paid plans have offered
+  background execution.
 
 Elsewhere (JupyterLab, a home rig) no idle cutoff applies; ``keepalive()`` says so and still starts presence
 detection (shown in the ``%colabkit`` panel).
@@ -41,41 +42,41 @@ from .keepalive_page import (  # noqa: F401 - re-exported: colabkit.keepalive.sc
     DEFAULT_INTERVAL,
     JITTER,
     MIN_INTERVAL,
-    SCRIPT_TEMPLATE,
-    _short,
     bookmarklet,
     negative_argument,
     parse_interval,
     script,
 )
+from .keepalive_page import short_duration as _short
 
 log = logging.getLogger("colabkit")
 
 
-def _official_routes() -> str:
-    return ("Official routes that need no script: Google's Colab extension for VS Code and Google's Colab CLI keep a "
-            "runtime alive from outside the VM with your Google sign-in (the extension while a kernel is connected "
-            "and was busy or active in the last hour, then it asks you; the CLI for up to 24 h until you stop it); "
-            "Colab's paid plans have offered background execution (see Google's plan page for what yours "
-            "includes).")
+OFFICIAL_ROUTES = (
+    "Official routes that need no script, for a runtime they connect or create themselves (not a notebook you "
+    "opened in the browser): Google's Colab extension for VS Code and Google's Colab CLI keep it alive from "
+    "outside the VM with your Google sign-in (the extension while a kernel is connected and was busy or active in "
+    "the last hour, then it asks you; the CLI, whose `colab new` makes a new VM, for up to 24 h until you stop "
+    "it); Colab's paid plans have offered background execution (see Google's plan page for what yours includes).")
 
 
-def honest_text(interval: float, reconnect: bool = False) -> str:
+def honest_text(interval: float, reconnect: bool = False, notify: bool = True) -> str:
     """What the script does and does not do, for the panel and the plain-text fallback."""
-    gone = ("reconnects, which gives you a fresh VM with an empty disk (you asked for reconnect)" if reconnect else
-            "does not reconnect: it tells you (tab title, a banner, the console, a desktop notification if you "
-            "allowed them)")
+    told = ("tab title, a banner, the console, a desktop notification if you allowed them" if notify else
+            "tab title, a banner, the console")
+    gone = ("reconnects, which gives you a fresh VM with an empty disk (you asked for reconnect; at most 3 tries in "
+            "a row and 3 reconnects an hour)" if reconnect else f"does not reconnect: it tells you ({told})")
     return (
         f"Best-effort; nothing Google documents or promises. This script runs in your Colab tab (not in the "
-        f"notebook). While the runtime is connected it clicks the toolbar's RAM/Disk meter every {_short(interval)} "
-        f"or a little later, as widely used keep-alive snippets do; whether Colab counts that as activity is not "
-        f"published. When the runtime is gone (the button says Connect or Reconnect, or a \"Runtime disconnected\" "
+        f"notebook). It checks the toolbar every {_short(interval)} or a little later. While the runtime is "
+        f"connected it clicks nothing, so it does not make Colab count you as active (what Colab counts is not "
+        f"published); it is there to tell you at once when something needs you. When the runtime is gone (the button says Connect or Reconnect, or a \"Runtime disconnected\" "
         f"dialog is open) it {gone}. It never answers a CAPTCHA or \"are you still there\" dialog, says so when it "
         f"finds no connect button, may stop working when Google changes the page, and does not lift the runtime "
         f"cap (about 12 h on the free tier). colabkit cannot see whether it runs. If the runtime goes, you lose "
         f"the VM, its disk and everything since your last checkpoint: AutoResume(deadline=\"auto\") saves and "
         f"uploads one before the idle cutoff (as colabkit counts it) while no browser is attached. "
-        + _official_routes())
+        + OFFICIAL_ROUTES)
 
 
 # -- on / off -----------------------------------------------------------------------------------------------
@@ -108,14 +109,15 @@ def describe() -> str:
     return f"on since {since}: presence monitored (no browser script needed here)"
 
 
-def keepalive(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, show_script: bool | None = None,
-              poll=None) -> None:
+def keepalive(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool = True,
+              show_script: bool | None = None, poll=None) -> None:
     """Turn keep-alive on (``interval`` between checks, default "60s", at least "30s") or off (``False``/"off").
 
     On Colab: shows the top-level keep-alive script, a bookmarklet and a copy button (ipywidgets), starts
     presence detection and the idle clock. Elsewhere: says whether an idle cutoff applies and starts presence
     detection. reconnect: the script clicks Reconnect when the runtime is gone (a fresh VM: its disk and
-    variables are empty); by default it tells you and waits. show_script: show the script panel also outside
+    variables are empty); by default it tells you and waits. notify: the script also shows a desktop
+    notification and plays a short tone when something needs you, where the browser allows them. show_script: show the script panel also outside
     Colab (True) or never (False). poll: how often presence is checked (default 5s).
     Bad input raises ValueError; nothing changes then.
     """
@@ -135,7 +137,7 @@ def keepalive(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, show_script
     p = monitor.current
     presence_line = f"presence detection started (every {_short(poll_s)}): {p.text()}"
     if show_script or (show_script is None and environment.kind == "colab"):
-        _show_panel(seconds, environment, presence_line, reconnect=bool(reconnect))
+        _show_panel(seconds, environment, presence_line, reconnect=bool(reconnect), notify=bool(notify))
         return
     if environment.idle_cutoff is None:
         print(f"colabkit: no idle cutoff applies here ({environment.kind}): nothing needs keeping alive. "
@@ -176,16 +178,16 @@ def _copy_button_html(code: str) -> str:
             f'Copy script</button>')
 
 
-def panel_html(interval=DEFAULT_INTERVAL, *, reconnect: bool = False) -> tuple[str, str]:
+def panel_html(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool = True) -> tuple[str, str]:
     """(intro HTML with the bookmarklet link, copy-button HTML) for the keep-alive panel."""
     seconds = parse_interval(interval)
-    code = script(seconds, reconnect=reconnect)
+    code = script(seconds, reconnect=reconnect, notify=notify)
     intro = (
         '<div class="colabkit-keepalive-intro" style="line-height:1.5">'
         "<b>colabkit keep-alive</b><br>"
-        f"{html.escape(honest_text(seconds, reconnect))}<br>"
+        f"{html.escape(honest_text(seconds, reconnect, notify))}<br>"
         "<b>Either</b> drag this link to your bookmarks bar, then click the bookmark while the Colab tab is open: "
-        f'<a class="colabkit-bookmarklet" href="{html.escape(bookmarklet(seconds, reconnect=reconnect), quote=True)}" '
+        f'<a class="colabkit-bookmarklet" href="{html.escape(bookmarklet(seconds, reconnect=reconnect, notify=notify), quote=True)}" '
         'style="font-weight:bold;border:1px solid #888;border-radius:4px;padding:1px 6px">Colab keep-alive</a><br>'
         "<b>or</b> open the browser's developer console on the Colab tab (F12, then Console; Chrome may ask you to "
         "type <code>allow pasting</code> first), paste the script and press Enter. "
@@ -194,7 +196,7 @@ def panel_html(interval=DEFAULT_INTERVAL, *, reconnect: bool = False) -> tuple[s
     return intro, _copy_button_html(code)
 
 
-def panel(interval=DEFAULT_INTERVAL, *, reconnect: bool = False):
+def panel(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool = True):
     """The keep-alive panel (an ipywidgets VBox): honest text, bookmarklet link, copy button, the script."""
     from .optional import require
     widgets = require("ipywidgets", "notebook", "The keep-alive panel")
@@ -202,8 +204,8 @@ def panel(interval=DEFAULT_INTERVAL, *, reconnect: bool = False):
     if detect_kind() == "colab":
         _enable_colab_widgets()
     seconds = parse_interval(interval)
-    intro, button = panel_html(seconds, reconnect=reconnect)
-    code = widgets.Textarea(value=script(seconds, reconnect=reconnect),
+    intro, button = panel_html(seconds, reconnect=reconnect, notify=notify)
+    code = widgets.Textarea(value=script(seconds, reconnect=reconnect, notify=notify),
                             layout=widgets.Layout(width="100%", height="10em"))
     code.disabled = False
     box = widgets.VBox([widgets.HTML(intro), widgets.HTML(button), code])
@@ -220,15 +222,17 @@ def _enable_colab_widgets() -> None:
         log.debug("colabkit: enable_custom_widget_manager failed: %s", exc)
 
 
-def _show_panel(seconds: float, environment, presence_line: str, *, reconnect: bool = False) -> None:
+def _show_panel(seconds: float, environment, presence_line: str, *, reconnect: bool = False,
+                notify: bool = True) -> None:
     try:
-        box = panel(seconds, reconnect=reconnect)
+        box = panel(seconds, reconnect=reconnect, notify=notify)
         from IPython.display import display
     except ImportError:
         box = None
     if box is None or "IPython" not in sys.modules:
-        print(f"colabkit keep-alive\n{honest_text(seconds, reconnect)}\n\n"
-              f"Paste this into the browser console on the Colab tab:\n\n{script(seconds, reconnect=reconnect)}\n"
+        print(f"colabkit keep-alive\n{honest_text(seconds, reconnect, notify)}\n\n"
+              f"Paste this into the browser console on the Colab tab:\n\n"
+              f"{script(seconds, reconnect=reconnect, notify=notify)}\n"
               f"{presence_line}")
         return
     display(box)

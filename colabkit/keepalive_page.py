@@ -356,7 +356,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
 """
 
 
-def _short(seconds: float) -> str:
+def short_duration(seconds: float) -> str:
     """'60s', '0.5s', '2min', '1.5h' style: the way a user would type it."""
     if seconds >= 3600 and seconds % 360 == 0:
         return f"{seconds / 3600:g}h"

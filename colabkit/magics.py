@@ -44,15 +44,18 @@ class ColabkitMagics(Magics):
     @argument("--reconnect", action="store_true",
               help="let the script click Reconnect when the runtime is gone (a fresh VM: its disk and variables "
                    "are empty); by default it tells you and waits")
+    @argument("--no-notify", action="store_true",
+              help="no desktop notification or tone from the script (the tab title, banner and console remain)")
     @argument("--script", action="store_true", help="show the browser script panel also outside Colab")
     @argument("--poll", default=None, help="how often browser presence is checked (default 5s)")
     @line_magic
     def keepalive(self, line=""):
         """Keep a Colab runtime alive (best-effort browser script) and save before the idle cutoff.
 
-        The script keeps the page active while the runtime is connected and, once it is gone, tells you instead
-        of reconnecting (unless --reconnect). Official routes without a script: Google's Colab extension for
-        VS Code, Google's Colab CLI, and the paid plans' background execution.
+        The script watches the toolbar (it clicks nothing while the runtime is connected) and, once the runtime
+        is gone, tells you instead of reconnecting (unless --reconnect). Official routes without a script, for a
+        runtime they connect or create themselves: Google's Colab extension for VS Code, Google's Colab CLI; and
+        the paid plans' background execution.
         """
         from .keepalive import negative_argument
         bad = negative_argument(line)
@@ -63,7 +66,7 @@ class ColabkitMagics(Magics):
         from .config import ConfigError
         try:
             _keepalive.keepalive(" ".join(args.interval) or _keepalive.DEFAULT_INTERVAL, reconnect=args.reconnect,
-                                 show_script=True if args.script else None, poll=args.poll)
+                                 notify=not args.no_notify, show_script=True if args.script else None, poll=args.poll)
         except (ConfigError, ValueError) as exc:
             raise UsageError(f"%keepalive: {exc}") from None
 

@@ -101,7 +101,7 @@ def test_magic_is_documented_by_magic_arguments():
     results = run_shell(["%load_ext colabkit",
                          "from colabkit.magics import ColabkitMagics; print(ColabkitMagics.keepalive.__doc__)"])
     doc = results[1]["stdout"]
-    for word in ("%keepalive", "[--reconnect]", "[--script]", "[--poll POLL]", "interval", '"off"', "at least 30s",
+    for word in ("%keepalive", "[--reconnect]", "[--no-notify]", "[--script]", "[--poll POLL]", "interval", '"off"', "at least 30s",
                  "fresh VM", "VS Code", "Colab CLI"):
         assert word in doc, doc
 
@@ -148,6 +148,18 @@ def test_the_colab_path_shows_the_script_panel(colab_standin, capsys, monkeypatc
     intro, _, code = keepalive.panel("45s", reconnect=True).children
     assert '"reconnect": true' in code.value and "fresh VM" in intro.value
     assert 'class="colabkit-copy"' in button.value and "navigator.clipboard" in button.value
+    assert '"notify": true' in code.value
+
+    # notify=False reaches the script the panel hands out (no desktop notification, no tone).
+    keepalive.keepalive("45s", notify=False)
+    capsys.readouterr()
+    intro, _, code = keepalive.panel("45s", notify=False).children
+    assert '"notify": false' in code.value and "desktop notification" not in intro.value
+    real_panel, seen = keepalive.panel, []
+    monkeypatch.setattr(keepalive, "panel", lambda *a, **kw: seen.append(kw) or real_panel(*a, **kw))
+    keepalive.keepalive("45s", notify=False)
+    capsys.readouterr()
+    assert seen == [{"reconnect": False, "notify": False}]
 
 
 def test_script_and_bookmarklet_forms():
