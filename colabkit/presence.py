@@ -142,27 +142,58 @@ _started_at: float | None = None
 def kernel_started_at() -> float | None:
     """When this (kernel) process started, as a wall-clock time; None where the system does not say.
 
-    Linux: the process's start in clock ticks after boot (/proc/self/stat) against the uptime (/proc/uptime),
-    both at 10 ms resolution. Elsewhere psutil's create_time() when psutil is installed."""
+    Linux: the process's start in clock ticks after boot (/proc/self/stat) against the uptime (/proc/uptime);
+    psutil's create_time() where psutil is installed. The earlier of the two, since the idle clock errs early;
+    but never more than a few seconds before the kernel's connection file was written (the server writes it
+    before it starts the kernel): in a container a virtualised /proc/uptime can put the /proc estimate hours
+    early, and an idle clock started then would save at once."""
     global _started_at
     if _started_at is None:
         _started_at = _read_process_start()
     return _started_at
 
 
+CONNECTION_FILE_SLACK_S = 5.0   # ipykernel may write its own connection file just after it started
+
+
 def _read_process_start() -> float | None:
+    estimates = [t for t in (_proc_start(), _psutil_start()) if t is not None]
+    floor = _connection_file_time()
+    if not estimates:
+        return None if floor is None else min(floor, time.time())
+    started = min(estimates)
+    if floor is not None and started < floor - CONNECTION_FILE_SLACK_S:
+        log.debug("colabkit: the process start read from the system (%s) lies before the kernel's connection file "
+                  "was written (%s); using the file's time", started, floor)
+        started = floor
+    return min(started, time.time())
+
+
+def _proc_start() -> float | None:
     try:
         stat = Path("/proc/self/stat").read_text()
         ticks = int(stat[stat.rindex(")") + 2:].split()[19])   # field 22, starttime, counted after "(comm)"
         uptime = float(Path("/proc/uptime").read_text().split()[0])
-        started = time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
-        return min(started, time.time())
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError, AttributeError):
-        pass
+        return None
+
+
+def _psutil_start() -> float | None:
     try:
         import psutil
         return float(psutil.Process().create_time())
-    except Exception:  # noqa: BLE001 - psutil missing or not allowed to ask: the caller has a fallback
+    except Exception:  # noqa: BLE001 - psutil missing or not allowed to ask: the other estimate still counts
+        return None
+
+
+def _connection_file_time() -> float | None:
+    path = connection_file()
+    if not path:
+        return None
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
         return None
 
 

@@ -170,3 +170,40 @@ def test_presence_module_is_callable_and_stays_so():
     import colabkit.presence  # noqa: F401 - the import sets the package attribute to the module
     assert callable(colabkit.presence) and colabkit.presence().state in ("attached", "absent", "unknown")
     assert colabkit.presence.start is presence.start
+
+
+@pytest.mark.parametrize("system_says, expected", [
+    (-5 * 3600, -120),   # a virtualised /proc/uptime puts the start hours early: the connection file bounds it
+    (-100, -100),        # a start after the connection file was written: taken as it is
+    (-123, -123),        # a few seconds before it (ipykernel writes its own file once started): still taken
+])
+def test_kernel_start_is_never_long_before_its_connection_file(tmp_path, monkeypatch, system_says, expected):
+    now = time.time()
+    conn = tmp_path / "kernel-0f0e0d0c-0000-4000-8000-000000000000.json"
+    conn.write_text("{}")
+    os.utime(conn, (now - 120, now - 120))
+    monkeypatch.setattr(presence, "connection_file", lambda: str(conn))
+    monkeypatch.setattr(presence, "_proc_start", lambda: now + system_says)
+    monkeypatch.setattr(presence, "_psutil_start", lambda: None)
+    monkeypatch.setattr(presence, "_started_at", None)
+    assert presence.kernel_started_at() == pytest.approx(now + expected, abs=0.5)
+
+
+def test_kernel_start_takes_the_earlier_estimate_and_is_never_in_the_future(monkeypatch):
+    now = time.time()
+    monkeypatch.setattr(presence, "connection_file", lambda: None)
+    monkeypatch.setattr(presence, "_proc_start", lambda: now + 3600)   # a virtualised uptime can also err late
+    monkeypatch.setattr(presence, "_psutil_start", lambda: now - 30)
+    monkeypatch.setattr(presence, "_started_at", None)
+    assert presence.kernel_started_at() == pytest.approx(now - 30, abs=0.5)
+    monkeypatch.setattr(presence, "_psutil_start", lambda: None)
+    monkeypatch.setattr(presence, "_started_at", None)
+    assert presence.kernel_started_at() <= time.time()
+
+
+def test_the_real_process_start_is_read_and_plausible():
+    started = presence._read_process_start()
+    assert started is not None and started <= time.time()
+    counted = presence._psutil_start()   # psutil counts from the boot time in /proc/stat
+    if counted is not None:
+        assert abs(started - counted) < 2, (started, counted)
