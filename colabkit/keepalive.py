@@ -12,10 +12,11 @@ What it can and cannot do, honestly:
   ``stopKeepAlive()``.
 * Every ``interval`` (at least 30 s, plus up to 20 % at random) it reads the runtime's state from the connect
   button's label and the open dialogs. Connected: it clicks nothing (only a synthetic, untrusted pointer move,
-  which Colab likely ignores); what Colab counts as activity is not published. Gone: it tells you (title, banner, console,
-  notification and tone where allowed) and does not reconnect, since a new runtime is a fresh VM with an empty
-  disk; ``reconnect=True`` lets it click Reconnect (at most 3 tries in a row, 3 an hour). A CAPTCHA / "are you still there?" dialog is never clicked.
-  No known button: it says so once, clicks nothing else and keeps checking.
+  which Colab likely ignores); what Colab counts as activity is not published. Gone: it tells you (title,
+  banner, console, notification and tone where allowed) and does not reconnect, since a new runtime is a fresh
+  VM with an empty disk; ``reconnect=True`` lets it click Reconnect (at most 3 tries in a row, 3 an hour). A
+  CAPTCHA / "are you still there?" dialog is never clicked. No known button, or a label it cannot read: it says
+  so once, clicks nothing and keeps checking.
 * It is best-effort: Google changes the page and publishes neither the idle rule nor the cutoff. It does not
   lift the runtime cap (about 12 h on the free tier): ``AutoResume(deadline="auto")`` saves and stops before it.
 * colabkit cannot see from the kernel whether the script runs in your tab. What it can see is whether a
@@ -69,13 +70,15 @@ def honest_text(interval: float, reconnect: bool = False, notify: bool = True) -
     return (
         f"Best-effort; nothing Google documents or promises. This script runs in your Colab tab (not in the "
         f"notebook). It checks the toolbar every {_short(interval)} or a little later. While the runtime is "
-        f"connected it clicks nothing, so it does not make Colab count you as active (what Colab counts is not "
-        f"published); it is there to tell you at once when something needs you. When the runtime is gone (the button says Connect or Reconnect, or a \"Runtime disconnected\" "
-        f"dialog is open) it {gone}. It never answers a CAPTCHA or \"are you still there\" dialog, says so when it "
-        f"finds no connect button, may stop working when Google changes the page, and does not lift the runtime "
-        f"cap (about 12 h on the free tier). colabkit cannot see whether it runs. If the runtime goes, you lose "
-        f"the VM, its disk and everything since your last checkpoint: AutoResume(deadline=\"auto\") saves and "
-        f"uploads one before the idle cutoff (as colabkit counts it) while no browser is attached. "
+        f"connected it clicks nothing, so it does not try to make Colab count you as active (what Colab counts "
+        f"is not published); it is there to tell you at once when something needs you. When the runtime is gone "
+        f"(the button says Connect or Reconnect, or a \"Runtime disconnected\" dialog is open) it {gone}. It "
+        f"never answers a CAPTCHA or \"are you still there\" dialog, says so when it finds no connect button or "
+        f"cannot read its label (it knows Colab's English labels only), may stop working when Google changes the "
+        f"page, and does not lift the runtime cap (Colab's FAQ: as much as 12 h on the free tier). colabkit "
+        f"cannot see whether it runs. If the runtime goes, you lose the VM, its disk and everything since your "
+        f"last checkpoint: AutoResume(deadline=\"auto\") saves and uploads one before the idle cutoff (as "
+        f"colabkit counts it) while no browser is attached. "
         + OFFICIAL_ROUTES)
 
 
@@ -117,8 +120,9 @@ def keepalive(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: boo
     presence detection and the idle clock. Elsewhere: says whether an idle cutoff applies and starts presence
     detection. reconnect: the script clicks Reconnect when the runtime is gone (a fresh VM: its disk and
     variables are empty); by default it tells you and waits. notify: the script also shows a desktop
-    notification and plays a short tone when something needs you, where the browser allows them. show_script: show the script panel also outside
-    Colab (True) or never (False). poll: how often presence is checked (default 5s).
+    notification and plays a short tone when something needs you, where the browser allows them.
+    show_script: show the script panel also outside Colab (True) or never (False). poll: how often presence is
+    checked (default 5s).
     Bad input raises ValueError; nothing changes then.
     """
     if interval is False or interval is None or (isinstance(interval, str) and
@@ -187,7 +191,8 @@ def panel_html(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bo
         "<b>colabkit keep-alive</b><br>"
         f"{html.escape(honest_text(seconds, reconnect, notify))}<br>"
         "<b>Either</b> drag this link to your bookmarks bar, then click the bookmark while the Colab tab is open: "
-        f'<a class="colabkit-bookmarklet" href="{html.escape(bookmarklet(seconds, reconnect=reconnect, notify=notify), quote=True)}" '
+        '<a class="colabkit-bookmarklet" '
+        f'href="{html.escape(bookmarklet(seconds, reconnect=reconnect, notify=notify), quote=True)}" '
         'style="font-weight:bold;border:1px solid #888;border-radius:4px;padding:1px 6px">Colab keep-alive</a><br>'
         "<b>or</b> open the browser's developer console on the Colab tab (F12, then Console; Chrome may ask you to "
         "type <code>allow pasting</code> first), paste the script and press Enter. "

@@ -2,8 +2,9 @@
 bookmarklet form. ``colabkit.keepalive`` hands it out; this module only builds it (no state, no display).
 
 The script reads the runtime's state from the toolbar's connect button and the open dialogs (the element names
-maintained public keep-alive extensions read; see tests/keepalive/test_keepalive_script.py), keeps the page
-active while connected, and by default only tells the user once the runtime is gone.
+maintained public keep-alive extensions read; see tests/keepalive/test_keepalive_script.py). While connected it
+clicks nothing (a synthetic, untrusted pointer move only); once the runtime is gone it tells the user and, by
+default, does not reconnect; a CAPTCHA or "are you still there" dialog is never clicked.
 """
 from __future__ import annotations
 
@@ -339,7 +340,9 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     clearTimeout(timer);
     clearNotice();
     state.running = false;
-    if (quiet !== true && wasRunning) { console.info(TAG, "stopped after " + state.clicks + " click(s)"); }
+    if (quiet !== true && wasRunning) {
+      console.info(TAG, "stopped after " + state.ticks + " check(s) and " + state.clicks + " reconnect click(s)");
+    }
     return state.clicks;
   };
   if (options.notify && window.Notification && Notification.permission === "default") {

@@ -142,11 +142,11 @@ _started_at: float | None = None
 def kernel_started_at() -> float | None:
     """When this (kernel) process started, as a wall-clock time; None where the system does not say.
 
-    Linux: the process's start in clock ticks after boot (/proc/self/stat) against the uptime (/proc/uptime);
-    psutil's create_time() where psutil is installed. The earlier of the two, since the idle clock errs early;
-    but never more than a few seconds before the kernel's connection file was written (the server writes it
-    before it starts the kernel): in a container a virtualised /proc/uptime can put the /proc estimate hours
-    early, and an idle clock started then would save at once."""
+    Linux: the process's start in clock ticks after boot (/proc/self/stat) against the uptime (/proc/uptime),
+    both at 10 ms resolution; elsewhere psutil's create_time() (whose boot time is whole seconds, so it can read
+    up to a second early). Never more than a few seconds before the kernel's connection file was written (the
+    server writes it before it starts the kernel): in a container a virtualised /proc/uptime can put the /proc
+    estimate hours early, and an idle clock started then would save at once."""
     global _started_at
     if _started_at is None:
         _started_at = _read_process_start()
@@ -157,11 +157,12 @@ CONNECTION_FILE_SLACK_S = 5.0   # ipykernel may write its own connection file ju
 
 
 def _read_process_start() -> float | None:
-    estimates = [t for t in (_proc_start(), _psutil_start()) if t is not None]
+    started = _proc_start()
+    if started is None:
+        started = _psutil_start()
     floor = _connection_file_time()
-    if not estimates:
+    if started is None:
         return None if floor is None else min(floor, time.time())
-    started = min(estimates)
     if floor is not None and started < floor - CONNECTION_FILE_SLACK_S:
         log.debug("colabkit: the process start read from the system (%s) lies before the kernel's connection file "
                   "was written (%s); using the file's time", started, floor)

@@ -113,8 +113,8 @@ LIGHT_CAPTCHA_OPEN = LIGHT_CAPTCHA_CLOSED.replace("<md-dialog>", "<md-dialog ope
 # Colab's own "Connect to a local runtime" dialog: a Connect button, but the runtime is not gone.
 LOCAL_RUNTIME_DIALOG = (
     '<md-dialog id="dlg" open><div slot="headline">Connect to a local runtime</div>'
-    '<div slot="content">Set up Jupyter on your machine, then enter the backend URL.<input value="http://localhost:8888">'
-    '</div><div slot="actions">' + "{buttons}" + "</div></md-dialog>")
+    '<div slot="content">Set up Jupyter on your machine, then enter the backend URL.'
+    '<input value="http://localhost:8888"></div><div slot="actions">' + "{buttons}" + "</div></md-dialog>")
 
 # The same element left in the page after its dialog closed: not a challenge.
 CLOSED_CAPTCHA_DIALOG = CAPTCHA_DIALOG.replace('<div role="dialog">', "<mwc-dialog>").replace(
@@ -147,8 +147,8 @@ PAGES = {
     "other-language": "<script>window.INITIAL = 'disconnected'</script>" + TOOLBAR +
                       "<script>inner().textContent = 'Verbinden';</script>",
     # The same UI while connected: the meter still says RAM.
-    "other-language-connected": TOOLBAR + "<script>inner().innerHTML = "
-                                "'<span class=\"ram\">RAM</span> <span class=\"disk\">Datentr\u00e4ger</span>';</script>",
+    "other-language-connected": TOOLBAR + "<script>inner().innerHTML = '<span class=\"ram\">RAM</span> "
+                                "<span class=\"disk\">Datentr\u00e4ger</span>';</script>",
     # Colab refuses a new VM: the button keeps saying Reconnect.
     "stuck-reconnect": "<script>window.INITIAL = 'reconnect'; window.STUCK = true;</script>" + TOOLBAR,
     # Each new VM drops again two minutes after it connected.
@@ -228,9 +228,9 @@ def our_errors(page) -> list:
     return [m for m in page.messages if m[0] in ("error", "pageerror")]
 
 
-# -- connected: keep the page active ------------------------------------------------------------------------
+# -- connected: click nothing, a synthetic pointer move only -----------------------------------------------------------
 @pytest.mark.parametrize("name", ["connected", "toolbar-2019", "invisible-badge", "closed-captcha"])
-def test_connected_keeps_the_page_active_every_interval_with_jitter(page, name):
+def test_connected_clicks_nothing_and_checks_every_interval_with_jitter(page, name):
     start(page, name, "60s")
     minutes(page, 30)
     # While connected nothing is clicked (a click on the RAM/Disk meter may open Colab's resources view).
