@@ -3,7 +3,8 @@ bookmarklet form. ``colabkit.keepalive`` hands it out; this module only builds i
 
 The script reads the runtime's state from the toolbar's connect button and the open dialogs (the element names
 maintained public keep-alive extensions read; see tests/keepalive/test_keepalive_script.py). While connected it
-clicks nothing (a synthetic, untrusted pointer move only); once the runtime is gone it tells the user and, by
+clicks nothing (a synthetic, untrusted pointer move, and a screen wake lock while the tab is visible so the
+computer does not sleep); once the runtime is gone it tells the user and, by
 default, does not reconnect; a CAPTCHA or "are you still there" dialog is never clicked.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   var state = window.colabkitKeepAlive = {
     running: true, intervalMs: intervalMs, reconnect: options.reconnect, runtime: null, variant: null,
     ticks: 0, activity: 0, clicks: 0, lastActivity: null, reconnects: 0, failedReconnects: 0, reconnectTimes: [],
-    dialog: null, dialogsSeen: 0, misses: 0, startedAt: new Date().toISOString()
+    dialog: null, dialogsSeen: 0, misses: 0, wakeLock: false, startedAt: new Date().toISOString()
   };
   var MAX_RECONNECTS = 3, HOUR_MS = 3600000;
   var BUTTONS = [
@@ -229,10 +230,35 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
       emit(runtime);
     }
   }
+  /* A Screen Wake Lock while connected and the tab is visible: a computer that goes to sleep stops the tab's
+     own pings to the runtime, which no script can make up for. The browser drops the lock when the tab is
+     hidden; the next tick with the tab visible asks again. Released once the runtime is gone or on stop. */
+  var wakeLock = null, wakeLockAsked = false;
+  function holdWakeLock() {
+    if (wakeLock || wakeLockAsked || !navigator.wakeLock || document.visibilityState !== "visible") { return; }
+    wakeLockAsked = true;
+    navigator.wakeLock.request("screen").then(function (lock) {
+      wakeLockAsked = false;
+      if (!state.running || state.runtime !== "connected") { lock.release(); return; }
+      wakeLock = lock;
+      state.wakeLock = true;
+      lock.addEventListener("release", function () { wakeLock = null; state.wakeLock = false; });
+    }, function (err) {
+      wakeLockAsked = false;
+      if (!state.wakeLockRefused) {
+        state.wakeLockRefused = true;
+        console.info(TAG, "the browser refused a screen wake lock (" + err + "); keep the computer awake yourself");
+      }
+    });
+  }
+  function dropWakeLock() {
+    if (wakeLock) { var lock = wakeLock; wakeLock = null; state.wakeLock = false; lock.release(); }
+  }
   function keepActive(el) {
     /* Nothing is clicked while connected: a click on the RAM/Disk meter may open Colab's resources view, and
        the extensions this follows click only a button that says Connect. A synthetic pointer move is all; the
        browser marks it untrusted and Colab likely ignores it. */
+    holdWakeLock();
     var r = el.getBoundingClientRect();
     document.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: r.left + 1, clientY: r.top + 1}));
     state.activity += 1;
@@ -323,6 +349,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
         clearNotice();
         keepActive(found.el);
       } else if (runtime === "disconnected") {
+        dropWakeLock();
         gone(dialog, found);
       }
     } catch (err) {
@@ -339,6 +366,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     var wasRunning = state.running;
     clearTimeout(timer);
     clearNotice();
+    dropWakeLock();
     state.running = false;
     if (quiet !== true && wasRunning) {
       console.info(TAG, "stopped after " + state.ticks + " check(s) and " + state.clicks + " reconnect click(s)");
@@ -418,7 +446,7 @@ def script(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool =
     notify: also a desktop notification (if the page was allowed to show them) and a short tone (if the browser
         lets the page play sound) when something needs you.
     """
-    ms = int(round(parse_interval(interval) * 1000))
+    ms = round(parse_interval(interval) * 1000)
     options = {"intervalMs": ms, "jitter": JITTER, "reconnect": bool(reconnect), "notify": bool(notify)}
     return SCRIPT_TEMPLATE.replace("__OPTIONS__", json.dumps(options))
 

@@ -250,6 +250,45 @@ def test_connected_clicks_nothing_and_checks_every_interval_with_jitter(page, na
     assert our_errors(page) == []
 
 
+# A stand-in for the Screen Wake Lock API (the test origin is not a secure context, so Chromium has none):
+# records each request and release the way the real sentinel reports them.
+WAKE_LOCK_STANDIN = """window.locks = {requested: 0, released: 0, refuse: false};
+Object.defineProperty(navigator, "wakeLock", {configurable: true, value: {request: function (type) {
+  window.locks.requested += 1;
+  if (window.locks.refuse) { return Promise.reject(new DOMException("not allowed", "NotAllowedError")); }
+  var handlers = [], done = false;
+  return Promise.resolve({type: type, addEventListener: function (n, f) { if (n === "release") handlers.push(f); },
+    release: function () { if (!done) { done = true; window.locks.released += 1; handlers.forEach(f => f()); }
+                           return Promise.resolve(); }});
+}}});"""
+
+
+def test_a_screen_wake_lock_is_held_while_connected_and_given_back_when_gone_or_stopped(page):
+    page.add_init_script(WAKE_LOCK_STANDIN)
+    start(page, "connected", "60s")
+    minutes(page, 10)
+    # One lock for the whole connected stretch, not one request per tick.
+    assert page.evaluate("window.locks") == {"requested": 1, "released": 0, "refuse": False}
+    assert state(page)["wakeLock"] is True
+    page.evaluate("setRuntime('reconnect')")
+    minutes(page, 1.5)
+    assert page.evaluate("window.locks.released") == 1 and state(page)["wakeLock"] is False
+    page.evaluate("setRuntime('connected')")
+    minutes(page, 1.5)
+    assert page.evaluate("window.locks") == {"requested": 2, "released": 1, "refuse": False}
+    page.evaluate("stopKeepAlive()")
+    assert page.evaluate("window.locks.released") == 2
+    assert clicks(page) == [] and our_errors(page) == []
+
+
+def test_a_refused_wake_lock_is_said_once_and_changes_nothing_else(page):
+    page.add_init_script(WAKE_LOCK_STANDIN + "window.locks.refuse = true;")
+    start(page, "connected", "60s")
+    minutes(page, 10)
+    assert len([m for kind, m in page.messages if "refused a screen wake lock" in m]) == 1
+    assert len(moves(page)) >= 8 and clicks(page) == [] and our_errors(page) == []
+
+
 def test_connecting_is_left_alone(page):
     start(page, "connecting", "60s")
     minutes(page, 5)
