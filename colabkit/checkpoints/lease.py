@@ -69,6 +69,13 @@ def _dead_here(record: dict) -> bool:
     return False
 
 
+def _known_dead_machine(record: dict) -> bool:
+    """True when the record's machine is one that `colabkit run --cluster` saw die (it names them in
+    COLABKIT_DEAD_MACHINES for the job's next attempt, which need not wait for the lease to expire)."""
+    dead = {m for m in os.environ.get("COLABKIT_DEAD_MACHINES", "").split(",") if m}
+    return bool(dead) and record.get("machine") in dead
+
+
 def _describe(record: dict) -> str:
     return f"process {record.get('pid', '?')} on host {record.get('host', '?')}"
 
@@ -139,6 +146,9 @@ class Lease:
                 age = now - float(current.get("renewed", 0))
                 if current.get("machine") == _machine_id() and current.get("pid") == os.getpid():
                     pass   # our own, left by an earlier release that could not remove it
+                elif _known_dead_machine(current):
+                    self._on_warning(f"taking over {self.location} from {_describe(current)}: its machine "
+                                     f"left the cluster while the job ran there")
                 elif _dead_here(current):
                     log.info("colabkit: taking over %s from %s, which has ended", self.location,
                              _describe(current))

@@ -22,6 +22,8 @@ from . import connect as _connect
 
 POLL_S = 0.5
 NODE_LOST = -1000  # the returncode recorded for an attempt whose machine (or Ray worker) died
+NODE_DEATH_WAIT_S = 60.0  # how long a lost attempt waits for Ray to mark its node dead (Ray's default: ~30 s)
+MAX_RESUBMITS = 3  # attempts lost before their job started, resubmitted without using up --retries
 UPLOAD_EXCLUDES = [".git/", "__pycache__/", ".ipynb_checkpoints/", "colabkit-runs/", ".venv/"]
 
 
@@ -31,8 +33,9 @@ class _Attempt:
     def __init__(self, actor):
         self.actor = actor
         self.started = False     # the job's process runs (the actor was placed and started it)
+        self.node: str | None = None
+        self.machine: str | None = None
         self.lost: str | None = None
-        self.ended = threading.Event()
 
 
 def run_on_cluster(jobs: list, address: str, *, gpus="auto", per_gpu: int = 1, gpus_per_job: int = 1,
@@ -94,6 +97,8 @@ class ClusterRunner(_jobs._Runner):
                  **kwargs):
         super().__init__(states, slots, run_dir, **kwargs)
         self.ray, self.shared, self.folders = ray, shared, folders
+        self.resubmitted: dict = {}
+        self.dead_machines: dict = {}  # job name -> machines (checkpoints.lease ids) that died running it
         self.num_gpus, self.num_cpus, self.memory_growth = num_gpus, num_cpus, memory_growth
         from .worker import JobActor
         self.actor_class = ray.remote(JobActor)
@@ -102,7 +107,8 @@ class ClusterRunner(_jobs._Runner):
         job = state.job
         return {"name": job.name, "kind": job.kind, "filename": job.path.name, "path": str(job.path),
                 "params": job.params, "args": job.args, "kernel": self.kernel, "attempt": state.attempts,
-                "run_dir": str(self.run_dir), "shared": self.shared, "memory_growth": self.memory_growth}
+                "run_dir": str(self.run_dir), "shared": self.shared, "memory_growth": self.memory_growth,
+                "dead_machines": sorted(self.dead_machines.get(job.name, ()))}
 
     # processes --------------------------------------------------------------------------------------
     def _launch(self, state: JobState, slot: Slot) -> None:
@@ -143,7 +149,7 @@ class ClusterRunner(_jobs._Runner):
                     log.write(f"=== on {_connect.node_label(info)}: {info['error']}\n")
                 rc = 127
                 return
-            attempt.started = True
+            attempt.started, attempt.node, attempt.machine = True, info.get("node"), info.get("machine")
             self.events.put(("started", state, attempt, info, tries))
             offset = 0
             while True:
@@ -159,13 +165,19 @@ class ClusterRunner(_jobs._Runner):
                         os.replace(tmp, state.output)
                     rc = returncode
                     return
-                if attempt.ended.wait(POLL_S):  # the actor was killed by us: its last poll already failed
-                    return
+                time.sleep(POLL_S)
         except Exception as exc:  # noqa: BLE001 - RayActorError, ActorDiedError, NodeDiedError, ...
             attempt.lost = f"{type(exc).__name__}: {_first_line(exc)}"
             with open(state.log, "a", encoding="utf-8") as log:
                 log.write(f"\n=== colabkit run --cluster: the job's machine or Ray worker was lost "
                           f"({attempt.lost})\n")
+                if attempt.node is not None:
+                    # until Ray marks the node dead it may place the next attempt there again
+                    seconds = self._wait_for_node_death(attempt.node)
+                    log.write(f"=== node {attempt.node[:8]} " + (f"marked dead by Ray after {seconds:.1f}s\n"
+                              if seconds is not None else f"still alive after {NODE_DEATH_WAIT_S:g}s\n"))
+                    if seconds is not None and attempt.machine:
+                        self.dead_machines.setdefault(state.job.name, set()).add(attempt.machine)
         finally:
             if attempt.lost is None:
                 try:
@@ -177,6 +189,28 @@ class ClusterRunner(_jobs._Runner):
             except Exception:  # noqa: BLE001
                 pass
             self.events.put(("exit", state, attempt, rc))
+
+    def _wait_for_node_death(self, node_id: str) -> float | None:
+        began = time.monotonic()
+        while time.monotonic() - began < NODE_DEATH_WAIT_S:
+            try:
+                if not any(n["NodeID"] == node_id and n.get("Alive") for n in self.ray.nodes()):
+                    return time.monotonic() - began
+            except Exception:  # noqa: BLE001 - the head is busy: ask again
+                pass
+            time.sleep(0.5)
+        return None
+
+    def _on_exit(self, state: JobState, proc, returncode: int) -> None:
+        unstarted = (isinstance(proc, _Attempt) and proc is state.process and returncode == NODE_LOST
+                     and not proc.started and self.stop_signal is None
+                     and self.resubmitted.get(state.job.name, 0) < MAX_RESUBMITS)
+        if unstarted:  # lost before the job ran (its machine died as it was placed): not one of --retries
+            self.resubmitted[state.job.name] = self.resubmitted.get(state.job.name, 0) + 1
+            state.attempts -= 1
+        super()._on_exit(state, proc, returncode)
+        if unstarted and state.history:
+            state.history[-1].update(attempt=state.attempts + 1, started=False)
 
     def _on_event(self, event: tuple) -> None:
         if event[0] != "started":
@@ -212,10 +246,9 @@ class ClusterRunner(_jobs._Runner):
             pass
 
     def _describe(self, state: JobState, returncode: int) -> str:
-        attempt = state.history[-1] if state.history else {}
         if returncode == NODE_LOST:
             return "its machine or Ray worker was lost"
-        return _jobs._describe_exit(returncode) if attempt is not None else str(returncode)
+        return _jobs._describe_exit(returncode)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -52,8 +52,9 @@ class JobActor:
         returns where it runs (host, ip, node, gpus, env, command) and, if it could not start, "error"."""
         import ray
         context = ray.get_runtime_context()
+        from ..checkpoints.lease import _machine_id
         info = {"host": socket.gethostname(), "ip": ray.util.get_node_ip_address(), "node": context.get_node_id(),
-                "pid": os.getpid(), "python": sys.executable}
+                "machine": _machine_id(), "actor_pid": os.getpid(), "python": sys.executable}
         ids = [str(i) for i in ray.get_gpu_ids()]
         info["gpus"] = ids
         self.folder = Path(tempfile.mkdtemp(prefix=f"colabkit-{spec['name']}-"))
@@ -79,6 +80,8 @@ class JobActor:
         env[devices.VISIBLE_VAR] = ",".join(ids) if ids else devices.NO_GPUS
         if ids and spec.get("memory_growth") and devices.GROWTH_VAR not in env:
             env[devices.GROWTH_VAR] = "true"
+        if spec.get("dead_machines"):  # where earlier attempts died: their checkpoint leases can go at once
+            env["COLABKIT_DEAD_MACHINES"] = ",".join(spec["dead_machines"])
         env.update({"COLABKIT_JOB": spec["name"], "COLABKIT_JOB_ATTEMPT": str(spec["attempt"]),
                     "COLABKIT_RUN_DIR": spec["run_dir"], "COLABKIT_CLUSTER_NODE": info["node"],
                     "PYTHONUNBUFFERED": "1"})
@@ -95,6 +98,7 @@ class JobActor:
                 info["error"] = f"could not start {cmd[0]}: {exc}"
                 return info
         self.pids = {self.proc.pid}
+        info["pid"] = self.proc.pid
         return info
 
     def poll(self, offset: int) -> tuple:

@@ -199,6 +199,23 @@ def test_a_live_lease_of_another_machine_refuses_and_a_stale_one_is_taken_over(t
     assert steps(dest) == [1]
 
 
+def test_a_live_lease_of_a_machine_the_cluster_saw_die_is_taken_over_at_once(tmp_path, ck_env, monkeypatch):
+    dest = tmp_path / "dest"
+    _lease_of_another_machine(dest, renewed_ago=5)
+    monkeypatch.setenv("COLABKIT_DEAD_MACHINES", "other-box/boot")   # another dead machine: no effect
+    with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm") as ckpt:
+        with pytest.raises(FolderInUse, match="process 4242 on host colab-vm-1"):
+            ckpt.save(1, {"w": np.ones(3)})
+    # what `colabkit run --cluster` sets for the next attempt of a job whose machine died
+    monkeypatch.setenv("COLABKIT_DEAD_MACHINES", "other-box/boot,colab-vm-1/boot")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm") as ckpt:
+            assert ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    assert any("left the cluster" in str(w.message) and "colab-vm-1" in str(w.message) for w in caught)
+    assert steps(dest) == [1]
+
+
 def test_a_writer_whose_lease_was_taken_over_stops_uploading_and_keeps_its_checkpoints(tmp_path, ck_env,
                                                                                         monkeypatch):
     from colabkit.checkpoints import lease
