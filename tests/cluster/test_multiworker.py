@@ -1,0 +1,175 @@
+"""AutoResume under MultiWorkerMirroredStrategy: two real TensorFlow worker processes on 127.0.0.1."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from colabkit.cluster import multiworker
+from tests.waiting import wait_for
+
+WORKER = Path(__file__).with_name("mw_worker.py")
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+RUN_TIMEOUT_S = 240
+
+
+def _free_ports(n: int) -> list:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _start(tmp_path: Path, run: str, ckpt: Path, extra=((), ())) -> list:
+    ports = ",".join(map(str, _free_ports(2)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COLABKIT_", "TF_CONFIG"))}
+    env.update(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1", HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"),
+               XDG_CONFIG_HOME=str(tmp_path / "config"),
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    procs = []
+    for i in range(2):
+        out = tmp_path / f"{run}-{i}.json"
+        log = open(tmp_path / f"{run}-{i}.log", "w")
+        procs.append((subprocess.Popen([sys.executable, str(WORKER), str(i), ports, str(ckpt), str(out), *extra[i]],
+                                       env=env, stdout=log, stderr=subprocess.STDOUT), out, log))
+    return procs
+
+
+def _finish(procs) -> list:
+    codes = []
+    try:
+        for proc, _, _ in procs:
+            codes.append(proc.wait(RUN_TIMEOUT_S))
+    finally:
+        for proc, _, log in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+    return codes
+
+
+def _result(out: Path) -> dict:
+    return json.loads(out.read_text())
+
+
+def _text(tmp_path: Path, run: str, i: int) -> str:
+    return (tmp_path / f"{run}-{i}.log").read_text()
+
+
+def _weights(result: dict) -> list:
+    return [np.asarray(w) for w in result["weights"]]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    pytest.importorskip("tensorflow")
+    tmp = tmp_path_factory.mktemp("mw-full")
+    procs = _start(tmp, "full", tmp / "ckpt")
+    codes = _finish(procs)
+    assert codes == [0, 0], _text(tmp, "full", 0)[-3000:] + _text(tmp, "full", 1)[-3000:]
+    results = [_result(p[1]) for p in procs]
+    for a, b in zip(_weights(results[0]), _weights(results[1])):
+        np.testing.assert_array_equal(a, b)   # the two workers hold one model
+    return results[0]
+
+
+@pytest.mark.slow
+def test_sigterm_on_one_worker_saves_once_for_all_and_the_resume_matches_an_uninterrupted_run(
+        uninterrupted, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    procs = _start(tmp_path, "cut", ckpt, extra=((), ("--sigterm-at", "17")))
+    codes = _finish(procs)
+    logs = [_text(tmp_path, "cut", i) for i in range(2)]
+    assert codes[1] == -signal.SIGTERM, logs[1][-3000:]   # the signalled worker: saved, then the signal went on
+    assert codes[0] == 0, logs[0][-3000:]                  # the chief stopped with it, at the same step
+    chief = _result(tmp_path / "cut-0.json")
+    assert chief["stopped"] == "a signal on another worker received" and chief["steps_here"] == 17
+    assert "SIGTERM received: saved step 17" in logs[1]
+    steps = sorted(int(p.name.split("-")[1]) for p in ckpt.glob("ckpt-*"))
+    assert steps and steps[-1] == 17, steps                # one checkpoint of step 17, by the chief alone
+    # the non-chief wrote nothing that lasts: no checkpoint and no lease of its own anywhere but the chief's folder
+    lease = json.loads((ckpt / ".colabkit-lease.json").read_text()) if (ckpt / ".colabkit-lease.json").exists() \
+        else None
+    assert lease is None or lease["pid"] == procs[0][0].pid
+
+    procs = _start(tmp_path, "resume", ckpt)
+    codes = _finish(procs)
+    assert codes == [0, 0], _text(tmp_path, "resume", 0)[-3000:]
+    results = [_result(p[1]) for p in procs]
+    assert [r["restored"] for r in results] == [17, 17]   # both restored the chief's choice
+    for got, want in zip(_weights(results[0]), _weights(uninterrupted)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    for a, b in zip(_weights(results[0]), _weights(results[1])):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_a_clear_error_on_the_other_then_both_resume(uninterrupted, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    procs = _start(tmp_path, "kill", ckpt, extra=((), ("--hang-at", "13")))
+    try:
+        assert wait_for((tmp_path / "kill-1.json.ready").exists, timeout=RUN_TIMEOUT_S, step=0.2), \
+            _text(tmp_path, "kill", 1)[-3000:]
+        procs[1][0].kill()
+    finally:
+        codes = _finish(procs)
+    chief_log = _text(tmp_path, "kill", 0)
+    assert codes[0] != 0 and codes[1] == -signal.SIGKILL
+    assert "WorkerLost" in chief_log and "another worker of this multi-worker run died or stopped answering" in \
+        chief_log, chief_log[-4000:]
+    steps = sorted(int(p.name.split("-")[1]) for p in ckpt.glob("ckpt-*"))
+    assert steps and steps[-1] == 10, steps   # save_freq=5: the last save before the kill
+
+    procs = _start(tmp_path, "again", ckpt)
+    codes = _finish(procs)
+    assert codes == [0, 0], _text(tmp_path, "again", 0)[-3000:] + _text(tmp_path, "again", 1)[-3000:]
+    results = [_result(p[1]) for p in procs]
+    assert [r["restored"] for r in results] == [10, 10]
+    for got, want in zip(_weights(results[0]), _weights(uninterrupted)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_worker_list_writes_tf_config_and_names_this_worker(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    info = multiworker.tf_config([f"{socket.gethostname()}:2222", "far-away-box:2222"])
+    assert info.index == 0 and info.is_chief
+    assert json.loads(os.environ["TF_CONFIG"]) == {
+        "cluster": {"worker": [f"{socket.gethostname()}:2222", "far-away-box:2222"]},
+        "task": {"type": "worker", "index": 0}}
+    assert "worker 0 of 2" in str(info) and "the chief" in str(info)
+    info = multiworker.tf_config(["box-a", "box-b:3333"], index=1)
+    assert info.workers == ["box-a:12345", "box-b:3333"] and not info.is_chief
+    monkeypatch.setenv("COLABKIT_WORKER_INDEX", "1")
+    assert multiworker.tf_config(["127.0.0.1:1", "127.0.0.1:2"]).index == 1
+
+
+@pytest.mark.parametrize("workers, index, expected", [
+    (["box-a:1", "box-b:1"], None, "does not include this host"),
+    (["127.0.0.1:1", "127.0.0.1:1"], 0, "appears twice"),
+    ("box-a,box-b", None, "expected a list of hosts"),
+    (["box-a:1", "box-b:1"], 2, "expected 0 to 1"),
+    (["box-a:x"], 0, "is not HOST or HOST:PORT"),
+])
+def test_bad_worker_lists_are_one_clear_line(monkeypatch, workers, index, expected):
+    monkeypatch.delenv("COLABKIT_WORKER_INDEX", raising=False)
+    with pytest.raises(multiworker.WorkerListError, match=expected):
+        multiworker.tf_config(workers, index=index)
+
+
+def test_the_same_host_twice_needs_an_index(monkeypatch):
+    monkeypatch.delenv("COLABKIT_WORKER_INDEX", raising=False)
+    host = socket.gethostname()
+    with pytest.raises(multiworker.WorkerListError, match="say which one this process is"):
+        multiworker.tf_config([f"{host}:1", f"{host}:2"])
