@@ -14,7 +14,7 @@ from pathlib import Path
 from ..jobs import JobError
 from ..units import format_size
 
-MAX_BYTES = int(os.environ.get("COLABKIT_CLUSTER_MAX_UPLOAD", 256 * 1024 * 1024))
+MAX_BYTES = int(os.environ.get("COLABKIT_CLUSTER_MAX_UPLOAD", str(256 * 1024 * 1024)))
 
 
 def _excluded(rel: str, excludes: list) -> bool:

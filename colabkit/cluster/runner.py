@@ -7,6 +7,7 @@ Ctrl-C (SIGTERM to every job, ``--grace`` seconds, then SIGKILL).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import shlex
@@ -180,24 +181,18 @@ class ClusterRunner(_jobs._Runner):
                         self.dead_machines.setdefault(state.job.name, set()).add(attempt.machine)
         finally:
             if attempt.lost is None:
-                try:
+                with contextlib.suppress(Exception):  # the actor is gone already: nothing left to clean
                     ray.get(attempt.actor.cleanup.remote(), timeout=30)
-                except Exception:  # noqa: BLE001 - the actor is gone already: nothing left to clean
-                    pass
-            try:
+            with contextlib.suppress(Exception):  # releases its GPUs; a dead actor holds none
                 ray.kill(attempt.actor)
-            except Exception:  # noqa: BLE001
-                pass
             self.events.put(("exit", state, attempt, rc))
 
     def _wait_for_node_death(self, node_id: str) -> float | None:
         began = time.monotonic()
         while time.monotonic() - began < NODE_DEATH_WAIT_S:
-            try:
+            with contextlib.suppress(Exception):  # the head is busy: ask again
                 if not any(n["NodeID"] == node_id and n.get("Alive") for n in self.ray.nodes()):
                     return time.monotonic() - began
-            except Exception:  # noqa: BLE001 - the head is busy: ask again
-                pass
             time.sleep(0.5)
         return None
 
@@ -233,7 +228,7 @@ class ClusterRunner(_jobs._Runner):
         if not isinstance(attempt, _Attempt):
             return
         state.signalled = True
-        try:
+        with contextlib.suppress(Exception):  # an actor that is gone needs no signal
             if not attempt.started or sig == getattr(signal, "SIGKILL", None):
                 if attempt.started:
                     attempt.actor.signal.remote(sig)  # the job first, then its actor
@@ -242,8 +237,6 @@ class ClusterRunner(_jobs._Runner):
                     self.ray.kill(attempt.actor)
             else:
                 attempt.actor.signal.remote(sig)
-        except Exception:  # noqa: BLE001 - an actor that is gone needs no signal
-            pass
 
     def _describe(self, state: JobState, returncode: int) -> str:
         if returncode == NODE_LOST:

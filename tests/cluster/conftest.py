@@ -30,10 +30,14 @@ PORT = 46379
 START_TIMEOUT_S = 240
 
 
-def _namespaces_work() -> str | None:
+class ClusterStartError(RuntimeError):
+    pass
+
+
+def namespaces_work() -> str | None:
     if sys.platform != "linux" or shutil.which("unshare") is None or shutil.which("nsenter") is None:
         return "needs Linux with unshare and nsenter"
-    probe = subprocess.run(["unshare", "--net", "--fork", "--pid", "--mount-proc", "true"], capture_output=True)
+    probe = subprocess.run(["unshare", "--net", "--fork", "--pid", "--mount-proc", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
         return f"cannot make a network namespace here: {probe.stderr.decode(errors='replace').strip()}"
     return None
@@ -45,6 +49,8 @@ class RayCluster:
         self.address = f"127.0.0.1:{PORT}"
         self.ns_pid: int | None = None
         self.proc: subprocess.Popen | None = None
+        self.temp: Path | None = None
+        self.log = None
 
     def command(self, *argv: str) -> list:
         """argv run inside the cluster's namespaces."""
@@ -54,7 +60,7 @@ class RayCluster:
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
         kwargs.setdefault("timeout", 180)
-        return subprocess.run(self.command(*argv), **kwargs)
+        return subprocess.run(self.command(*argv), check=False, **kwargs)
 
     def popen(self, *argv: str, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(self.command(*argv), **kwargs)
@@ -81,6 +87,10 @@ class RayCluster:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self.log is not None:
+            self.log.close()
+        if self.temp is not None:
+            shutil.rmtree(self.temp, ignore_errors=True)
 
 
 def _child_of(pid: int) -> int | None:
@@ -93,11 +103,24 @@ def _child_of(pid: int) -> int | None:
 
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
-    why = _namespaces_work()
+    why = namespaces_work()
     if why:
         pytest.skip(why)
     pytest.importorskip("ray")
-    base = tmp_path_factory.mktemp("raycluster")
+    cluster = None
+    try:
+        try:
+            cluster = start_cluster(tmp_path_factory.mktemp("raycluster"))
+        except ClusterStartError as exc:
+            pytest.fail(str(exc))
+        yield cluster
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+def start_cluster(base: Path, *, workers: int = 2, gpus: int = 2) -> RayCluster:
+    """A head without GPUs and `workers` nodes with `gpus` logical GPUs each, in namespaces of their own."""
     # Ray's unix sockets live under --temp-dir: keep that path short (socket paths stop at 107 bytes)
     temp = Path(tempfile.mkdtemp(prefix="ckray-", dir="/tmp"))
     home = base / "home"
@@ -120,31 +143,28 @@ set -e
 ip link set lo up
 ray start --head --port={PORT} {common} --num-gpus=0 --num-cpus=1 --include-dashboard=false \
     --temp-dir={temp} > {base}/head.log 2>&1
-for n in 1 2; do
-  ray start --address=127.0.0.1:{PORT} {common} --num-gpus=2 --num-cpus=2 > {base}/worker-$n.log 2>&1
+for n in $(seq 1 {workers}); do
+  ray start --address=127.0.0.1:{PORT} {common} --num-gpus={gpus} --num-cpus=2 > {base}/worker-$n.log 2>&1
 done
 touch {ready}
 while :; do sleep 1; done   # the namespace's first process: bash reaps the orphans of killed nodes
 """
     cluster = RayCluster(base)
-    log = open(base / "namespace.log", "w")
+    cluster.temp = temp
+    cluster.log = open(base / "namespace.log", "w")  # noqa: SIM115 - closed by stop()
     cluster.proc = subprocess.Popen(["unshare", "--net", "--fork", "--pid", "--mount-proc", "--kill-child",
-                                     "bash", "-c", script], env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready.exists():
-            if cluster.proc.poll() is not None or time.monotonic() > deadline:
-                logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(base.glob("*.log")))
-                pytest.fail(f"the Ray test cluster did not start:\n{logs}")
-            if cluster.ns_pid is None:
-                cluster.ns_pid = _child_of(cluster.proc.pid)
-            time.sleep(0.2)
-        cluster.ns_pid = cluster.ns_pid or _child_of(cluster.proc.pid)
-        yield cluster
-    finally:
-        cluster.stop()
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+                                     "bash", "-c", script], env=env, stdout=cluster.log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not ready.exists():
+        if cluster.ns_pid is None:
+            cluster.ns_pid = _child_of(cluster.proc.pid)
+        if cluster.proc.poll() is not None or time.monotonic() > deadline:
+            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(base.glob("*.log")))
+            cluster.stop()
+            raise ClusterStartError(f"the Ray test cluster did not start:\n{logs}")
+        time.sleep(0.2)
+    cluster.ns_pid = cluster.ns_pid or _child_of(cluster.proc.pid)
+    return cluster
 
 
 def read_summary(run_dir: Path) -> dict | None:

@@ -25,13 +25,13 @@ parser.add_argument("--hang-at", type=int)
 parser.add_argument("--timeout", default="15s")
 args = parser.parse_args()
 
-import colabkit  # noqa: E402
+import colabkit
 
 strategy = colabkit.strategy(workers=[f"127.0.0.1:{p}" for p in args.ports.split(",")], index=args.index,
                              timeout=args.timeout)
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
 keras.utils.set_random_seed(0)
 with strategy.scope():

@@ -40,7 +40,7 @@ def _start(tmp_path: Path, run: str, ckpt: Path, extra=((), ())) -> list:
     procs = []
     for i in range(2):
         out = tmp_path / f"{run}-{i}.json"
-        log = open(tmp_path / f"{run}-{i}.log", "w")
+        log = open(tmp_path / f"{run}-{i}.log", "w")  # noqa: SIM115 - closed by _finish()
         procs.append((subprocess.Popen([sys.executable, str(WORKER), str(i), ports, str(ckpt), str(out), *extra[i]],
                                        env=env, stdout=log, stderr=subprocess.STDOUT), out, log))
     return procs
