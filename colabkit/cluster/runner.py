@@ -151,6 +151,10 @@ class ClusterRunner(_jobs._Runner):
                 rc = 127
                 return
             attempt.started, attempt.node, attempt.machine = True, info.get("node"), info.get("machine")
+            with open(state.log, "a", encoding="utf-8") as log:   # before any of the job's own output
+                env = " ".join(f"{k}={v}" for k, v in info.get("env", {}).items())
+                log.write(f"=== on {_connect.node_label(info)} ({env}), pid {info.get('pid')}\n"
+                          f"=== {shlex.join(info.get('command', []))}\n")
             self.events.put(("started", state, attempt, info, tries))
             offset = 0
             while True:
@@ -214,10 +218,6 @@ class ClusterRunner(_jobs._Runner):
         if state.process is not attempt:
             return
         state.device = _connect.node_label(info)
-        with open(state.log, "a", encoding="utf-8") as log:
-            env = " ".join(f"{k}={v}" for k, v in info.get("env", {}).items())
-            log.write(f"=== on {state.device} ({env}), pid {info.get('pid')}\n"
-                      f"=== {shlex.join(info.get('command', []))}\n")
         self.say(f"[{self._stamp()}] start   {state.job.name} on {state.device} ({tries})")
         if self.stop_signal is not None:  # started after Ctrl-C: it gets the same signal as the others
             self._signal_job(state, signal.SIGKILL if self.killed else signal.SIGTERM)

@@ -136,7 +136,9 @@ def start_cluster(base: Path, *, workers: int = 2, gpus: int = 2) -> RayCluster:
                 "COLABKIT_TEST_GPUS": str(scenario), "RAY_USAGE_STATS_ENABLED": "0",
                 # a dead node is noticed in a few seconds instead of Ray's default of about 30 s
                 "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
-                "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"})
+                "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000",
+                # Ray Client's per-client server can take more than its default 30 s to start on 2 busy cores
+                "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "150"})
     common = "--node-ip-address=127.0.0.1 --disable-usage-stats"
     script = f"""
 set -e
