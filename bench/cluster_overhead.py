@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
 
-from tests.cluster.conftest import namespaces_work, read_summary, start_cluster  # noqa: E402
+from tests.cluster.conftest import namespaces_work, read_summary, start_cluster
 
 SLEEPER = "import time, os\nprint('start', os.environ['COLABKIT_JOB'], time.time(), flush=True)\ntime.sleep({s})\n"
 CHECKPOINTED = '''
