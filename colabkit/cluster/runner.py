@@ -57,11 +57,11 @@ def run_on_cluster(jobs: list, address: str, *, gpus="auto", per_gpu: int = 1, g
         from .. import config
         memory_growth = config.load().memory_growth
         run_dir = Path(run_dir) if run_dir is not None else _jobs.default_run_dir()
+        folders = {} if shared else _pack_folders(ray, jobs, run_dir)   # a folder too large: nothing started yet
         run_dir.mkdir(parents=True, exist_ok=True)
         states = [JobState(job=j, log=run_dir / f"{j.name}.log",
                            output=run_dir / f"{j.name}.ipynb" if j.kind == "notebook" else None) for j in jobs]
         slots = [Slot(f"cluster slot {i + 1}", {}) for i in range(max(1, n_slots))]
-        folders = {} if shared else _pack_folders(ray, jobs, run_dir)
         runner = ClusterRunner(ray, states, slots, run_dir, retries=retries, grace=grace, kernel=kernel,
                                out=out if out is not None else sys.stdout, progress=progress, shared=shared,
                                num_gpus=num_gpus, num_cpus=num_cpus, memory_growth=memory_growth, folders=folders)
@@ -125,7 +125,7 @@ class ClusterRunner(_jobs._Runner):
         try:
             options = {"num_gpus": self.num_gpus, "num_cpus": self.num_cpus, "max_restarts": 0}
             actor = self.actor_class.options(**options).remote()
-        except Exception as exc:  # noqa: BLE001 - e.g. a job folder too large to upload
+        except Exception as exc:  # noqa: BLE001 - e.g. the connection to the cluster dropped
             message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             with open(state.log, "a", encoding="utf-8") as log:
                 log.write(f"=== could not submit to the cluster: {message}\n")

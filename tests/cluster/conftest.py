@@ -50,6 +50,7 @@ class RayCluster:
         self.ns_pid: int | None = None
         self.proc: subprocess.Popen | None = None
         self.temp: Path | None = None
+        self.env: dict | None = None   # the nodes' environment
         self.log = None
 
     def command(self, *argv: str) -> list:
@@ -74,6 +75,12 @@ class RayCluster:
         done = self.run(sys.executable, str(Path(__file__).with_name("kill_node.py")), str(pid), timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
+
+    def add_worker(self, gpus: int = 2) -> None:
+        """Start one more worker node (e.g. in place of one a test killed)."""
+        done = self.run("ray", "start", f"--address={self.address}", "--node-ip-address=127.0.0.1",
+                        "--disable-usage-stats", f"--num-gpus={gpus}", "--num-cpus=2", env=self.env, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
 
     def stop(self) -> None:
         if self.ns_pid is not None:
@@ -152,7 +159,7 @@ touch {ready}
 while :; do sleep 1; done   # the namespace's first process: bash reaps the orphans of killed nodes
 """
     cluster = RayCluster(base)
-    cluster.temp = temp
+    cluster.temp, cluster.env = temp, env
     cluster.log = open(base / "namespace.log", "w")  # noqa: SIM115 - closed by stop()
     cluster.proc = subprocess.Popen(["unshare", "--net", "--fork", "--pid", "--mount-proc", "--kill-child",
                                      "bash", "-c", script], env=env, stdout=cluster.log, stderr=subprocess.STDOUT)

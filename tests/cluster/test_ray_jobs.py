@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -155,6 +156,7 @@ def test_a_dead_node_sends_the_job_elsewhere_and_it_resumes(ray_cluster, tmp_pat
     finally:
         if driver.poll() is None:
             driver.kill()
+        ray_cluster.add_worker()   # the next tests get the cluster's four GPUs again
     assert driver.returncode == 0, out + _log(run_dir, "long")
     result = json.loads((shared / "result.json").read_text())
     assert result["attempt"] == 2 and result["start"] == 4  # resumed after step 3, from the shared folder
@@ -183,21 +185,32 @@ sys.exit(3)
 '''
 
 
+IGNORING_JOB = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda signum, frame: print("SIGTERM ignored", flush=True))
+print("working", flush=True)
+time.sleep(150)
+sys.exit(3)
+"""
+
+
 def test_ctrl_c_gives_cluster_jobs_sigterm_and_the_grace_period(ray_cluster, tmp_path):
     jobs, run_dir = tmp_path / "jobs", tmp_path / "run"
     jobs.mkdir()
     (jobs / "trap.py").write_text(TRAPPING_JOB)
     (jobs / "trap2.py").write_text(TRAPPING_JOB)
+    (jobs / "stubborn.py").write_text(IGNORING_JOB)
+    grace = 8
     driver = ray_cluster.popen(sys.executable, "-m", "colabkit", "run", "--cluster", ray_cluster.address,
-                               "--grace", "60", "--run-dir", str(run_dir), str(jobs / "trap.py"),
-                               str(jobs / "trap2.py"),
+                               "--grace", str(grace), "--run-dir", str(run_dir),
+                               *(str(jobs / n) for n in ("trap.py", "trap2.py", "stubborn.py")),
                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    names = ("trap", "trap2", "stubborn")
     try:
-        assert wait_for(lambda: all("working" in _log(run_dir, n) for n in ("trap", "trap2")), timeout=150,
-                        step=0.3), _log(run_dir, "trap")
+        assert wait_for(lambda: all("working" in _log(run_dir, n) for n in names), timeout=150, step=0.3), \
+            {n: _log(run_dir, n) for n in names}
         python = wait_for(lambda: _child(driver.pid), timeout=10)
         sent = time.monotonic()
-        import os
         os.kill(python, signal.SIGINT)  # what Ctrl-C in the terminal sends to the driver
         out, _ = driver.communicate(timeout=90)
         took = time.monotonic() - sent
@@ -207,11 +220,14 @@ def test_ctrl_c_gives_cluster_jobs_sigterm_and_the_grace_period(ray_cluster, tmp
     assert driver.returncode == 130, out
     summary = read_summary(run_dir)
     assert summary["status"] == "interrupted" and summary["interrupted_by"] == "SIGINT"
-    assert [j["status"] for j in summary["jobs"]] == ["stopped", "stopped"]
-    assert [j["returncode"] for j in summary["jobs"]] == [0, 0]  # they saved and exited within the grace
+    jobs_ = {j["name"]: j for j in summary["jobs"]}
+    assert [jobs_[n]["status"] for n in names] == ["stopped"] * 3
+    assert jobs_["trap"]["returncode"] == 0 and jobs_["trap2"]["returncode"] == 0  # saved within the grace
+    assert jobs_["stubborn"]["returncode"] == -signal.SIGKILL                        # killed when it ran out
     for name in ("trap", "trap2"):
         assert "SIGTERM: saving" in _log(run_dir, name) and "saved" in _log(run_dir, name)
-    assert took < 60  # ended by the jobs, not by the grace period running out
+    assert "SIGTERM ignored" in _log(run_dir, "stubborn")
+    assert grace <= took < 60, took
 
 
 def _child(pid: int) -> int | None:
