@@ -767,7 +767,9 @@ class AutoResume(keras.callbacks.Callback):
                 self._checkpoints_closed = True
                 from .checkpoints.storage import remove_tree
                 destination = self.checkpoints.destination
-                if isinstance(destination, os.PathLike):
+                if self._mw is not None and not self._mw.is_chief:
+                    pass   # the chief's folder: the chief removes it
+                elif isinstance(destination, os.PathLike):
                     remove_tree(destination)
                 else:  # a back end that is not a filesystem (gdrive://)
                     destination.remove_all()
