@@ -1,8 +1,8 @@
 """One worker of a two-worker MultiWorkerMirroredStrategy training with AutoResume (test_multiworker.py).
 
-    python mw_worker.py INDEX PORT0,PORT1 CHECKPOINTS OUT.json [--sigterm-at STEP] [--hang-at STEP]
+    python mw_worker.py INDEX PORT0,PORT1 CHECKPOINTS OUT.json [--sigterm-at STEP] [--hang-at STEP] [--deadline D]
 
---sigterm-at: this worker sends itself SIGTERM after that many steps (Ctrl-C or a scheduler's stop on one
+--deadline: AutoResume's deadline on this worker alone. --sigterm-at: this worker sends itself SIGTERM after that many steps (Ctrl-C or a scheduler's stop on one
 machine). --hang-at: this worker writes OUT.json.ready and sleeps there (the test kills it).
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ parser.add_argument("out")
 parser.add_argument("--sigterm-at", type=int)
 parser.add_argument("--hang-at", type=int)
 parser.add_argument("--timeout", default="15s")
+parser.add_argument("--deadline", default="auto", help="AutoResume's deadline on this worker")
 args = parser.parse_args()
 
 import colabkit
@@ -54,7 +55,7 @@ class Trigger(keras.callbacks.Callback):
             time.sleep(120)
 
 
-auto = colabkit.keras.AutoResume(args.checkpoints, save_freq=5, verbose=1)
+auto = colabkit.keras.AutoResume(args.checkpoints, save_freq=5, verbose=1, deadline=args.deadline)
 model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0, callbacks=[Trigger(), auto])
 with open(args.out, "w") as fh:
     json.dump({"index": args.index, "weights": [w.tolist() for w in model.get_weights()],

@@ -116,6 +116,20 @@ def test_sigterm_on_one_worker_saves_once_for_all_and_the_resume_matches_an_unin
 
 
 @pytest.mark.slow
+def test_a_deadline_on_one_worker_is_one_save_and_stop_for_both(uninterrupted, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    # "1s" with AutoResume's 60 s margin: due at the first batch end, whatever the machine's speed
+    procs = _start(tmp_path, "deadline", ckpt, extra=((), ("--deadline", "1s")))
+    codes = _finish(procs)
+    assert codes == [0, 0], _text(tmp_path, "deadline", 0)[-3000:] + _text(tmp_path, "deadline", 1)[-3000:]
+    results = [_result(p[1]) for p in procs]
+    assert [r["steps_here"] for r in results] == [1, 1]
+    assert "a deadline on another worker" in results[0]["stopped"]
+    assert "time budget" in results[1]["stopped"] and "another worker" not in results[1]["stopped"]
+    assert [p.name.split("-")[1] for p in ckpt.glob("ckpt-*")] == ["000000000001"]
+
+
+@pytest.mark.slow
 def test_a_killed_worker_is_a_clear_error_on_the_other_then_both_resume(uninterrupted, tmp_path):
     ckpt = tmp_path / "ckpt"
     procs = _start(tmp_path, "kill", ckpt, extra=((), ("--hang-at", "13")))
@@ -166,6 +180,15 @@ def test_bad_worker_lists_are_one_clear_line(monkeypatch, workers, index, expect
     monkeypatch.delenv("COLABKIT_WORKER_INDEX", raising=False)
     with pytest.raises(multiworker.WorkerListError, match=expected):
         multiworker.tf_config(workers, index=index)
+
+
+def test_a_strategy_without_workers_or_tf_config_says_what_to_pass(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(multiworker.WorkerListError, match="needs TF_CONFIG set, or a worker list"):
+        multiworker.strategy()
+    import colabkit
+    with pytest.raises(ValueError, match="go with workers"):
+        colabkit.strategy(index=1)
 
 
 def test_the_same_host_twice_needs_an_index(monkeypatch):
