@@ -19,6 +19,9 @@ job succeeded, 1 when one failed, 130 / 143 when interrupted by SIGINT / SIGTERM
 
 A machine without GPUs runs the jobs on the CPU, ``--per-gpu`` at a time. On a GPU in MIG mode each instance is a
 slot of its own (CUDA gives a process one instance).
+
+``--cluster ADDRESS`` runs the same jobs on a Ray cluster instead, each on any machine with free GPUs
+(colabkit/cluster/runner.py).
 """
 from __future__ import annotations
 

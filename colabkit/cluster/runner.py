@@ -174,6 +174,9 @@ class ClusterRunner(_jobs._Runner):
         except Exception as exc:  # noqa: BLE001 - RayActorError, ActorDiedError, NodeDiedError, ...
             attempt.lost = f"{type(exc).__name__}: {_first_line(exc)}"
             with open(state.log, "a", encoding="utf-8") as log:
+                if "No module named 'colabkit" in str(exc):
+                    log.write("\n=== colabkit run --cluster: colabkit is not installed on the machine Ray chose; "
+                              "install it there: pip install \"colabkit[cluster]\"\n")
                 log.write(f"\n=== colabkit run --cluster: the job's machine or Ray worker was lost "
                           f"({attempt.lost})\n")
                 if attempt.node is not None:

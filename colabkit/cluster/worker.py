@@ -119,6 +119,10 @@ class JobActor:
         """Send sig to the job's process group and every process below it (a Jupyter kernel makes its own)."""
         if self.proc is None or self.proc.poll() is not None:
             return False
+        if not hasattr(os, "killpg"):  # Windows: no process groups; terminate() is TerminateProcess
+            with contextlib.suppress(OSError):
+                self.proc.terminate()
+            return True
         self.pids |= _descendants(self.proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
