@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import re
 import shlex
 import signal
 import sys
@@ -25,6 +26,7 @@ POLL_S = 0.5
 NODE_LOST = -1000  # the returncode recorded for an attempt whose machine (or Ray worker) died
 NODE_DEATH_WAIT_S = 60.0  # how long a lost attempt waits for Ray to mark its node dead (Ray's default: ~30 s)
 MAX_RESUBMITS = 3  # attempts lost before their job started, resubmitted without using up --retries
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")   # Ray colours its error texts
 UPLOAD_EXCLUDES = [".git/", "__pycache__/", ".ipynb_checkpoints/", "colabkit-runs/", ".venv/"]
 
 
@@ -99,6 +101,7 @@ class ClusterRunner(_jobs._Runner):
         super().__init__(states, slots, run_dir, **kwargs)
         self.ray, self.shared, self.folders = ray, shared, folders
         self.resubmitted: dict = {}
+        self.start_failures: dict = {}  # job name -> why its last attempt could not start (the actor failed)
         self.dead_machines: dict = {}  # job name -> machines (checkpoints.lease ids) that died running it
         self.num_gpus, self.num_cpus, self.memory_growth = num_gpus, num_cpus, memory_growth
         from .worker import JobActor
@@ -172,11 +175,19 @@ class ClusterRunner(_jobs._Runner):
                     return
                 time.sleep(POLL_S)
         except Exception as exc:  # noqa: BLE001 - RayActorError, ActorDiedError, NodeDiedError, ...
-            attempt.lost = f"{type(exc).__name__}: {_first_line(exc)}"
+            text = _ANSI.sub("", str(exc))
+            if not attempt.started and "creation task" in text:   # the machine is there; our actor failed on it
+                why = ('colabkit is not installed there: pip install "colabkit[cluster]" on every machine'
+                       if "No module named 'colabkit" in text else _first_line(_ANSI.sub("", text.split("\n", 1)[-1]))
+                       or text[:300])
+                with open(state.log, "a", encoding="utf-8") as log:
+                    log.write(f"=== colabkit run --cluster: the job could not start on the machine Ray chose: {why}\n"
+                              f"=== {text[:2000]}\n")
+                self.start_failures[state.job.name] = why
+                rc = 127
+                return
+            attempt.lost = f"{type(exc).__name__}: {_first_line(_ANSI.sub('', str(exc)))}"
             with open(state.log, "a", encoding="utf-8") as log:
-                if "No module named 'colabkit" in str(exc):
-                    log.write("\n=== colabkit run --cluster: colabkit is not installed on the machine Ray chose; "
-                              "install it there: pip install \"colabkit[cluster]\"\n")
                 log.write(f"\n=== colabkit run --cluster: the job's machine or Ray worker was lost "
                           f"({attempt.lost})\n")
                 if attempt.node is not None:
@@ -244,6 +255,8 @@ class ClusterRunner(_jobs._Runner):
     def _describe(self, state: JobState, returncode: int) -> str:
         if returncode == NODE_LOST:
             return "its machine or Ray worker was lost"
+        if returncode == 127 and state.job.name in self.start_failures:
+            return f"could not start on the machine Ray chose: {self.start_failures.pop(state.job.name)}"
         return _jobs._describe_exit(returncode)
 
 
