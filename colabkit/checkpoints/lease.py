@@ -6,7 +6,9 @@ the destination itself, ``.colabkit-lease.json``: who holds it (host, process, a
 taken and when it was last renewed. A background thread renews it every ``RENEW_S``; another writer that
 finds a lease renewed within ``TIMEOUT_S`` gets FolderInUse naming the holder, and takes over (with a
 warning) a lease that was not renewed for longer, as one left by a VM that was reclaimed. A holder that ran
-on this machine in this boot and whose process is gone is taken over at once.
+on this machine in this boot and whose process is gone is taken over at once, and so is one held on a machine
+that `colabkit run --cluster` saw die while the job ran there (it names such machines in COLABKIT_DEAD_MACHINES
+for the job's next attempt, so a job moved to another machine need not wait out the timeout).
 
 What it cannot guarantee: Drive has no atomic create-if-absent, so two writers starting within moments of
 each other can both write a record. Each reads the record back after writing it, and every renewal checks
