@@ -136,6 +136,8 @@ def test_a_killed_worker_is_a_clear_error_on_the_other_then_both_resume(uninterr
     try:
         assert wait_for((tmp_path / "kill-1.json.ready").exists, timeout=RUN_TIMEOUT_S, step=0.2), \
             _text(tmp_path, "kill", 1)[-3000:]
+        lease = json.loads((ckpt / ".colabkit-lease.json").read_text())   # mid-training: the chief holds it
+        assert lease["pid"] == procs[0][0].pid, lease
         procs[1][0].kill()
     finally:
         codes = _finish(procs)
