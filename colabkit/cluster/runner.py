@@ -190,7 +190,7 @@ class ClusterRunner(_jobs._Runner):
             with open(state.log, "a", encoding="utf-8") as log:
                 log.write(f"\n=== colabkit run --cluster: the job's machine or Ray worker was lost "
                           f"({attempt.lost})\n")
-                if attempt.node is not None:
+                if attempt.node is not None and self.stop_signal is None:
                     # until Ray marks the node dead it may place the next attempt there again
                     seconds = self._wait_for_node_death(attempt.node)
                     log.write(f"=== node {attempt.node[:8]} " + (f"marked dead by Ray after {seconds:.1f}s\n"
