@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,6 +114,7 @@ def main() -> int:
         assert summary and summary["exit_code"] == 0, out
     finally:
         cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
     print(f"machine: {platform.machine()}, {platform.system()}, Python {platform.python_version()}; "
           f"cluster start (3 nodes): {start_s:.1f}s")
