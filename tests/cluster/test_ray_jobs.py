@@ -249,18 +249,21 @@ def test_fewer_gpus_than_gpus_per_job_is_one_line_before_anything_starts(ray_clu
 
 
 def test_a_ray_client_address_runs_jobs_from_outside_the_cluster(ray_cluster, tmp_path):
-    """ray://HEAD:10001 (Ray Client, for a laptop that is not a node): the same run, and a non-zero exit counts."""
-    (tmp_path / "ok.py").write_text("import os\nprint('on', os.environ['CUDA_VISIBLE_DEVICES'])\n")
+    """ray://HEAD:10001 (Ray Client, for a laptop that is not a node): the same run, and a non-zero exit counts;
+    --shared: the jobs run where they are (storage every machine sees), not in a copy."""
+    (tmp_path / "ok.py").write_text("import os\nprint('on', os.environ['CUDA_VISIBLE_DEVICES'], 'in', os.getcwd())\n")
     (tmp_path / "bad.py").write_text("import sys\nprint('about to fail')\nsys.exit(4)\n")
     run_dir = tmp_path / "run"
     done = ray_cluster.run(sys.executable, "-m", "colabkit", "run", "--cluster", "ray://127.0.0.1:10001",
-                           "--run-dir", str(run_dir), str(tmp_path / "ok.py"), str(tmp_path / "bad.py"), cwd=tmp_path)
+                           "--shared", "--run-dir", str(run_dir), str(tmp_path / "ok.py"), str(tmp_path / "bad.py"),
+                           cwd=tmp_path)
     summary = read_summary(run_dir)
     server_logs = "".join(p.read_text()[-2000:]
                           for p in sorted(ray_cluster.temp.glob("session_latest/logs/ray_client_server*")))
     assert done.returncode == 1 and summary is not None, done.stdout + done.stderr + server_logs
     jobs = {j["name"]: j for j in summary["jobs"]}
     assert jobs["ok"]["status"] == "ok" and jobs["bad"]["status"] == "failed" and jobs["bad"]["returncode"] == 4
+    assert f"in {tmp_path}" in _log(run_dir, "ok")   # its own folder, not a copy
     assert "on 0" in _log(run_dir, "ok") or "on 1" in _log(run_dir, "ok")
     assert "about to fail" in _log(run_dir, "bad")
     assert "1 of 2 job(s) failed (bad)" in done.stdout
