@@ -141,9 +141,12 @@ def start_cluster(base: Path, *, workers: int = 2, gpus: int = 2) -> RayCluster:
                 "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
                 "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(GPU_STANDINS)]),
                 "COLABKIT_TEST_GPUS": str(scenario), "RAY_USAGE_STATS_ENABLED": "0",
-                # a dead node is noticed in a few seconds instead of Ray's default of about 30 s
-                "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
-                "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000",
+                # a dead node is noticed in about 15 s instead of Ray's default of about 30 s, with room for a
+                # healthy node's late answers on two busy cores
+                "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "3000",
+                "RAY_health_check_failure_threshold": "5", "RAY_health_check_initial_delay_ms": "1000",
+                # a job's lease on a machine that died is taken over after 2 x 2 s of silence, not 2 x 30 s
+                "COLABKIT_LEASE_RENEW_S": "2",
                 # Ray Client's per-client server can take more than its default 30 s to start on 2 busy cores
                 "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "150"})
     common = "--node-ip-address=127.0.0.1 --disable-usage-stats"
