@@ -711,8 +711,13 @@ class AutoResume(keras.callbacks.Callback):
                 [interrupt, deadline is not None and deadline.stop_training,
                  deadline is not None and not deadline.stop_training, every_due])
             interrupt = interrupt or ("a signal on another worker" if any_interrupt else None)
-            if deadline is None and (any_stop or any_save):
-                deadline = _RemoteDeadline(any_stop)
+            local = deadline
+            if any_stop and not (local is not None and local.stop_training):
+                deadline = _RemoteDeadline(True)   # another worker stops after this save: so does this one
+            elif local is None and any_save:
+                deadline = _RemoteDeadline(False)
+            if local is not None and deadline is not local:
+                self._watch.mark_handled(local)
         if interrupt:
             self._final_save(position, f"{interrupt} received")
             return

@@ -75,11 +75,34 @@ class Node:
             f"{self.ip} ({self.node_id[:8]})"
 
 
+def _connected_elsewhere(ray, target: str, host: str | None, port: int | None) -> str | None:
+    """The GCS address this process is connected to when HOST:PORT names another cluster, else None (for
+    "auto" and ray:// addresses, whose GCS port is not known here, None)."""
+    if host is None or target.startswith("ray://"):
+        return None
+    try:
+        current = ray.get_runtime_context().gcs_address
+    except Exception:  # noqa: BLE001 - a Ray Client connection has no GCS address to compare
+        return None
+    current_host, _, current_port = str(current or "").rpartition(":")
+    if not current_host:
+        return None
+    try:
+        same_host = socket.gethostbyname(host) == socket.gethostbyname(current_host)
+    except OSError:
+        same_host = host == current_host
+    return None if same_host and str(port) == current_port else str(current)
+
+
 def connect(address: str):
     """Connect this process to the cluster (reusing a connection it already has); returns (ray, we_connected)."""
     ray = import_ray()
     target, host, port = parse_address(address)
-    if ray.is_initialized():
+    if ray.is_initialized():   # run_jobs() called from a program that already connected
+        current = _connected_elsewhere(ray, target, host, port)
+        if current is not None:
+            raise JobError(f"--cluster {address}: this process is already connected to the Ray cluster at "
+                           f"{current}; call ray.shutdown() first, or pass that address (or \"auto\").")
         return ray, False
     if host is not None:
         probe(host, port, target)
@@ -117,7 +140,10 @@ def capacity(nodes: list, *, gpus_per_job: int, per_gpu: int) -> tuple[int, floa
     desc = (f"{len(nodes)} node(s), {total_gpus:g} GPU(s): "
             + ", ".join(f"{n.label} {n.gpus:g} GPU" for n in nodes))
     if total_gpus == 0:
-        return per_gpu * len(nodes), 0.0, 1.0, desc
+        if gpus_per_job > 1:
+            raise JobError(f"--gpus-per-job {gpus_per_job}: the cluster has no GPUs (its machines declared none to "
+                           f"Ray: `ray start` counts them through NVML, or pass --num-gpus). {desc}.")
+        return per_gpu * len(nodes), 0.0, 1.0, desc + "; no GPUs: the jobs run on CPUs"
     if per_gpu > 1 and gpus_per_job > 1:
         raise JobError(f"--per-gpu {per_gpu} with --gpus-per-job {gpus_per_job}: on a cluster Ray shares a GPU only "
                        f"between jobs that ask for a fraction of one; use one of the two.")

@@ -83,6 +83,25 @@ def _my_names() -> set:
     return {n.lower() for n in names if n}
 
 
+def _is_this_machine(host: str, mine: set) -> bool:
+    """``host`` names this machine: one of its names, or an address this machine can bind to (on Debian and
+    Ubuntu the hostname resolves to 127.0.1.1, so a worker list of LAN addresses must be checked this way)."""
+    if host.lower() in mine:
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    for family, _, _, _, address in infos:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def worker_index(workers: list, index=None) -> int:
     """Which entry of ``workers`` this process is: ``index``, else $COLABKIT_WORKER_INDEX, else the one entry
     whose host names this machine."""
@@ -97,7 +116,7 @@ def worker_index(workers: list, index=None) -> int:
                                   f"({', '.join(workers)}).")
         return index
     mine = _my_names()
-    matches = [i for i, w in enumerate(workers) if w.rpartition(":")[0].lower() in mine]
+    matches = [i for i, w in enumerate(workers) if _is_this_machine(w.rpartition(":")[0], mine)]
     if len(matches) == 1:
         return matches[0]
     if not matches:

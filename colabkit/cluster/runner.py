@@ -59,8 +59,8 @@ def run_on_cluster(jobs: list, address: str, *, gpus="auto", per_gpu: int = 1, g
         from .. import config
         memory_growth = config.load().memory_growth
         run_dir = Path(run_dir) if run_dir is not None else _jobs.default_run_dir()
-        folders = {} if shared else _pack_folders(ray, jobs, run_dir)   # a folder too large: nothing started yet
-        run_dir.mkdir(parents=True, exist_ok=True)
+        folders = {} if shared else _pack_folders(ray, jobs, run_dir, out if out is not None else sys.stdout)
+        run_dir.mkdir(parents=True, exist_ok=True)   # (a folder too large: nothing started yet)
         states = [JobState(job=j, log=run_dir / f"{j.name}.log",
                            output=run_dir / f"{j.name}.ipynb" if j.kind == "notebook" else None) for j in jobs]
         slots = [Slot(f"cluster slot {i + 1}", {}) for i in range(max(1, n_slots))]
@@ -76,11 +76,11 @@ def run_on_cluster(jobs: list, address: str, *, gpus="auto", per_gpu: int = 1, g
             ray.shutdown()
 
 
-def _pack_folders(ray, jobs: list, run_dir: Path) -> dict:
+def _pack_folders(ray, jobs: list, run_dir: Path, out) -> dict:
     """{job folder: an object ref to a zip of it}, put in Ray's object store once per folder; a machine that
     runs a job unpacks it and runs the job there. Raises JobError, before anything starts, for a folder too
     large to send with every job (it belongs on shared storage: --shared)."""
-    from .packing import pack_folder
+    from .packing import pack
     refs = {}
     for job in jobs:
         folder = job.path.parent
@@ -91,7 +91,10 @@ def _pack_folders(ray, jobs: list, run_dir: Path) -> dict:
             excludes.append(run_dir.resolve().relative_to(folder).as_posix() + "/")
         except ValueError:
             pass
-        refs[folder] = ray.put(pack_folder(folder, excludes))
+        packed = pack(folder, excludes)
+        print(f"colabkit run: sending {folder} with its jobs: {packed.describe()} (what .gitignore lists stays "
+              f"here)", file=out, flush=True)
+        refs[folder] = ray.put(packed.data)
     return refs
 
 
@@ -171,6 +174,8 @@ class ClusterRunner(_jobs._Runner):
                         tmp = state.output.with_suffix(".ipynb.tmp")
                         tmp.write_bytes(notebook)
                         os.replace(tmp, state.output)
+                    if not self.shared:
+                        self._bring_back_files(state, attempt)
                     rc = returncode
                     return
                 time.sleep(POLL_S)
@@ -190,8 +195,9 @@ class ClusterRunner(_jobs._Runner):
             with open(state.log, "a", encoding="utf-8") as log:
                 log.write(f"\n=== colabkit run --cluster: the job's machine or Ray worker was lost "
                           f"({attempt.lost})\n")
-                if attempt.node is not None and self.stop_signal is None:
-                    # until Ray marks the node dead it may place the next attempt there again
+                if attempt.node is not None and self.stop_signal is None and _names_a_lost_node(text):
+                    # until Ray marks the node dead it may place the next attempt there again (an actor that
+                    # died alone, e.g. to the OOM killer, leaves a healthy node: no wait)
                     seconds = self._wait_for_node_death(attempt.node)
                     log.write(f"=== node {attempt.node[:8]} " + (f"marked dead by Ray after {seconds:.1f}s\n"
                               if seconds is not None else f"still alive after {NODE_DEATH_WAIT_S:g}s\n"))
@@ -205,9 +211,32 @@ class ClusterRunner(_jobs._Runner):
                 ray.kill(attempt.actor)
             self.events.put(("exit", state, attempt, rc))
 
+    def _bring_back_files(self, state: JobState, attempt: _Attempt) -> None:
+        """What the job wrote into its copy of the folder (a saved model, plots, a relative checkpoint folder)
+        into <run>/<job>-files/, as a local run would have left it next to the job."""
+        from .packing import unpack_folder
+        try:
+            data, count, nbytes, left_out = self.ray.get(attempt.actor.collect.remote(), timeout=600)
+        except Exception as exc:  # noqa: BLE001 - the job ended; only its extra files are lost
+            message = f"could not bring back the files it wrote: {type(exc).__name__}: {_first_line(exc)}"
+        else:
+            if not count and not left_out:
+                return
+            target = self.run_dir / f"{state.job.name}-files"
+            if data is not None:
+                unpack_folder(data, target)
+            from ..units import format_size
+            message = f"{count} file(s) it wrote ({format_size(nbytes)}) copied to {_rel(target)}"
+            if left_out:
+                message += (f"; {len(left_out)} left out as too large and removed with the job's copy "
+                            f"({', '.join(left_out[:5])}{', ...' if len(left_out) > 5 else ''}): write large "
+                            f"outputs to storage every machine sees")
+        with open(state.log, "a", encoding="utf-8") as log:
+            log.write(f"=== colabkit run --cluster: {message}\n")
+
     def _wait_for_node_death(self, node_id: str) -> float | None:
         began = time.monotonic()
-        while time.monotonic() - began < NODE_DEATH_WAIT_S:
+        while time.monotonic() - began < NODE_DEATH_WAIT_S and self.stop_signal is None:   # Ctrl-C: stop waiting
             with contextlib.suppress(Exception):  # the head is busy: ask again
                 if not any(n["NodeID"] == node_id and n.get("Alive") for n in self.ray.nodes()):
                     return time.monotonic() - began
@@ -258,6 +287,12 @@ class ClusterRunner(_jobs._Runner):
         if returncode == 127 and state.job.name in self.start_failures:
             return f"could not start on the machine Ray chose: {self.start_failures.pop(state.job.name)}"
         return _jobs._describe_exit(returncode)
+
+
+def _names_a_lost_node(text: str) -> bool:
+    """False when Ray's error says the actor alone was killed for memory (its node is fine: nothing to wait
+    for); True otherwise, where the node may be dying (waiting costs time, not placing the retry there)."""
+    return not re.search(r"out of memory|memory monitor|\boom\b", text, re.IGNORECASE)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -46,6 +46,7 @@ class JobActor:
         self.log: Path | None = None
         self.output: Path | None = None
         self.pids: set = set()
+        self.sent: dict | None = None   # the job folder's files as sent (None: --shared, it runs in place)
 
     def start(self, spec: dict, folder_zip: bytes | None = None) -> dict:
         """Start the job (in a copy of its folder unpacked from folder_zip, or where it is on shared storage);
@@ -54,7 +55,7 @@ class JobActor:
         context = ray.get_runtime_context()
         from ..checkpoints.lease import _machine_id
         info = {"host": socket.gethostname(), "ip": ray.util.get_node_ip_address(), "node": context.get_node_id(),
-                "machine": _machine_id(), "actor_pid": os.getpid(), "python": sys.executable}
+                "machine": _machine_id(), "actor_pid": os.getpid()}
         ids = [str(i) for i in ray.get_gpu_ids()]
         info["gpus"] = ids
         self.folder = Path(tempfile.mkdtemp(prefix=f"colabkit-{spec['name']}-"))
@@ -62,9 +63,10 @@ class JobActor:
         if spec["shared"]:
             path = Path(spec["path"])
         else:
-            from .packing import unpack_folder
+            from .packing import snapshot, unpack_folder
             unpack_folder(folder_zip, self.folder / "files")
             path = self.folder / "files" / spec["filename"]
+            self.sent = snapshot(self.folder / "files")   # what the job writes beside this comes back
         if not path.is_file():
             where = "the shared path" if spec["shared"] else "the job folder sent with it"
             info["error"] = (f"{path} is not on this machine ({where}); "
@@ -114,6 +116,14 @@ class JobActor:
             return data, None, None
         notebook = self.output.read_bytes() if self.output is not None and self.output.exists() else None
         return data, returncode, notebook
+
+    def collect(self) -> tuple:
+        """After the job ended: (zip or None, count, bytes, paths left out) of the files it created or changed
+        in its copy of the folder (at most the upload limit; the copy is removed by cleanup())."""
+        if self.sent is None or self.folder is None:
+            return None, 0, 0, []
+        from .packing import max_bytes, pack_changes
+        return pack_changes(self.folder / "files", self.sent, max_bytes())
 
     def signal(self, sig: int) -> bool:
         """Send sig to the job's process group and every process below it (a Jupyter kernel makes its own)."""

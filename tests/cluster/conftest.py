@@ -6,7 +6,7 @@ namespace's first process is killed. Commands that talk to it (the `colabkit run
 inside the namespace through nsenter.
 
 Nodes: a head without GPUs (so killing a worker never kills the cluster) and two workers declaring two logical
-GPUs each, with the NVML stand-in's two-GPU scenario in their environment (`colabkit.gpus()` inside a job lists
+GPUs each, each with a hostname of its own (a UTS namespace: to colabkit's checkpoint lease they are machines), with the NVML stand-in's two-GPU scenario in their environment (`colabkit.gpus()` inside a job lists
 the "machine's" two GPUs).
 """
 from __future__ import annotations
@@ -52,6 +52,7 @@ class RayCluster:
         self.temp: Path | None = None
         self.env: dict | None = None   # the nodes' environment
         self.log = None
+        self.added = 0
 
     def command(self, *argv: str) -> list:
         """argv run inside the cluster's namespaces."""
@@ -78,8 +79,10 @@ class RayCluster:
 
     def add_worker(self, gpus: int = 2) -> None:
         """Start one more worker node (e.g. in place of one a test killed)."""
-        done = self.run("ray", "start", f"--address={self.address}", "--node-ip-address=127.0.0.1",
-                        "--disable-usage-stats", f"--num-gpus={gpus}", "--num-cpus=2", env=self.env, timeout=120)
+        self.added += 1
+        done = self.run("unshare", "--uts", "sh", "-c", f"hostname ckbox-added-{self.added} && exec ray start "
+                        f"--address={self.address} --node-ip-address=127.0.0.1 --disable-usage-stats "
+                        f"--num-gpus={gpus} --num-cpus=2", env=self.env, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
 
     def stop(self) -> None:
@@ -106,6 +109,21 @@ def _child_of(pid: int) -> int | None:
     except OSError:
         return None
     return int(text[0]) if text else None
+
+
+def kill_driver(proc: subprocess.Popen) -> None:
+    """SIGKILL a `colabkit run` started through nsenter: the driver (nsenter's child) first, then nsenter, so a
+    failed test leaves no driver holding the cluster's GPUs for the next ones."""
+    if proc.poll() is not None:
+        return
+    child = _child_of(proc.pid)
+    if child is not None:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.kill()
+    proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +174,8 @@ ip link set lo up
 ray start --head --port={PORT} {common} --num-gpus=0 --num-cpus=1 --include-dashboard=false \
     --temp-dir={temp} > {base}/head.log 2>&1
 for n in $(seq 1 {workers}); do
-  ray start --address=127.0.0.1:{PORT} {common} --num-gpus={gpus} --num-cpus=2 > {base}/worker-$n.log 2>&1
+  unshare --uts sh -c "hostname ckbox-$n && exec ray start --address=127.0.0.1:{PORT} {common} \
+      --num-gpus={gpus} --num-cpus=2" > {base}/worker-$n.log 2>&1
 done
 touch {ready}
 while :; do sleep 1; done   # the namespace's first process: bash reaps the orphans of killed nodes

@@ -1,6 +1,7 @@
 """One worker of a two-worker MultiWorkerMirroredStrategy training with AutoResume (test_multiworker.py).
 
     python mw_worker.py INDEX PORT0,PORT1 CHECKPOINTS OUT.json [--sigterm-at STEP] [--hang-at STEP] [--deadline D]
+        [--save-deadline]
 
 --deadline: AutoResume's deadline on this worker alone. --sigterm-at: this worker sends itself SIGTERM after that many steps (Ctrl-C or a scheduler's stop on one
 machine). --hang-at: this worker writes OUT.json.ready and sleeps there (the test kills it).
@@ -24,9 +25,26 @@ parser.add_argument("--sigterm-at", type=int)
 parser.add_argument("--hang-at", type=int)
 parser.add_argument("--timeout", default="15s")
 parser.add_argument("--deadline", default="auto", help="AutoResume's deadline on this worker")
+parser.add_argument("--save-deadline", action="store_true",
+                    help="a save-and-keep-training deadline (as an idle cutoff) due at once on this worker")
 args = parser.parse_args()
 
 import colabkit
+import colabkit.deadline
+
+
+class SaveNow:
+    """A clock whose deadline (save, keep training) is due at the first batch end."""
+
+    at = time.time() + 30
+
+    def next_deadline(self):
+        return colabkit.deadline.Deadline(at=self.at, reason="a test's idle cutoff", stop_training=False,
+                                          key="test-save")
+
+
+if args.save_deadline:
+    colabkit.deadline.register(SaveNow())
 
 strategy = colabkit.strategy(workers=[f"127.0.0.1:{p}" for p in args.ports.split(",")], index=args.index,
                              timeout=args.timeout)

@@ -99,7 +99,10 @@ def test_capacity_counts_whole_groups_per_machine_and_refuses_too_few():
     with pytest.raises(JobError, match="--gpus-per-job 4: no machine of the cluster has that many GPUs"):
         connect.capacity(nodes, gpus_per_job=4, per_gpu=1)
     cpu_only = [connect.Node("c" * 16, "10.0.0.3", "box3", 0, 4)]
-    assert connect.capacity(cpu_only, gpus_per_job=1, per_gpu=2)[:3] == (2, 0.0, 1.0)
+    slots, num_gpus, num_cpus, desc = connect.capacity(cpu_only, gpus_per_job=1, per_gpu=2)
+    assert (slots, num_gpus, num_cpus) == (2, 0.0, 1.0) and "the jobs run on CPUs" in desc
+    with pytest.raises(JobError, match="--gpus-per-job 2: the cluster has no GPUs"):
+        connect.capacity(cpu_only, gpus_per_job=2, per_gpu=1)   # not quietly on CPUs
 
 
 def test_a_job_folder_travels_without_runs_and_caches_and_keeps_modes(tmp_path):
@@ -122,3 +125,42 @@ def test_a_folder_too_large_to_send_says_to_use_shared_storage(tmp_path):
     (tmp_path / "big.bin").write_bytes(b"\0" * 4096)
     with pytest.raises(JobError, match="pass --shared"):
         pack_folder(tmp_path, [], max_bytes=1000)
+
+
+def test_what_gitignore_lists_stays_home_and_a_bad_upload_limit_is_one_line(tmp_path, monkeypatch):
+    from colabkit.cluster.packing import pack
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (src / ".gitignore").write_text(".env\n*.key\ncache/\n")
+    for name in (".env", "id.key", "cache/blob", "train.py", "sub/notes.txt"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text("x")
+    packed = pack(src, [])
+    unpack_folder(packed.data, dst)
+    files = sorted(p.relative_to(dst).as_posix() for p in dst.rglob("*") if p.is_file())
+    assert files == [".gitignore", "sub/notes.txt", "train.py"]
+    assert packed.describe().startswith("3 file(s)")
+    monkeypatch.setenv("COLABKIT_CLUSTER_MAX_UPLOAD", "lots")
+    with pytest.raises(JobError, match="COLABKIT_CLUSTER_MAX_UPLOAD='lots': expected a number of bytes"):
+        pack(src, [])
+
+
+
+def test_waiting_for_a_lost_node_ends_with_ctrl_c_and_is_skipped_for_an_actor_killed_for_memory():
+    import threading
+
+    from colabkit.cluster import runner
+
+    class AliveForever:   # a node Ray has not (yet) marked dead
+        @staticmethod
+        def nodes():
+            return [{"NodeID": "n1", "Alive": True}]
+
+    waiting = runner.ClusterRunner.__new__(runner.ClusterRunner)
+    waiting.ray, waiting.stop_signal = AliveForever(), None
+    threading.Timer(0.5, lambda: setattr(waiting, "stop_signal", "SIGINT")).start()
+    began = time.monotonic()
+    assert waiting._wait_for_node_death("n1") is None
+    assert time.monotonic() - began < runner.NODE_DEATH_WAIT_S / 2   # not the full wait past Ctrl-C
+    assert not runner._names_a_lost_node("ActorDiedError: the worker was killed by the memory monitor (OOM)")
+    assert runner._names_a_lost_node("ActorDiedError: The actor died because its node has died. Node Id: ab")

@@ -118,8 +118,9 @@ def test_sigterm_on_one_worker_saves_once_for_all_and_the_resume_matches_an_unin
 @pytest.mark.slow
 def test_a_deadline_on_one_worker_is_one_save_and_stop_for_both(uninterrupted, tmp_path):
     ckpt = tmp_path / "ckpt"
-    # "1s" with AutoResume's 60 s margin: due at the first batch end, whatever the machine's speed
-    procs = _start(tmp_path, "deadline", ckpt, extra=((), ("--deadline", "1s")))
+    # "1s" with AutoResume's 60 s margin: due at the first batch end, whatever the machine's speed; the chief
+    # has a deadline of its own at the same batch, one that only saves: the other's stop wins on both
+    procs = _start(tmp_path, "deadline", ckpt, extra=(("--save-deadline",), ("--deadline", "1s")))
     codes = _finish(procs)
     assert codes == [0, 0], _text(tmp_path, "deadline", 0)[-3000:] + _text(tmp_path, "deadline", 1)[-3000:]
     results = [_result(p[1]) for p in procs]
@@ -191,6 +192,14 @@ def test_a_strategy_without_workers_or_tf_config_says_what_to_pass(monkeypatch):
     import colabkit
     with pytest.raises(ValueError, match="go with workers"):
         colabkit.strategy(index=1)
+
+
+def test_an_address_of_this_machine_that_its_hostname_does_not_resolve_to_names_it(monkeypatch):
+    # as a LAN address on Debian, where the hostname resolves to 127.0.1.1: any address it can bind to counts
+    monkeypatch.delenv("COLABKIT_WORKER_INDEX", raising=False)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert "127.0.0.2" not in multiworker._my_names()
+    assert multiworker.tf_config(["box-a:1", "127.0.0.2:2222"]).index == 1
 
 
 def test_the_same_host_twice_needs_an_index(monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import read_summary
+from tests.cluster.conftest import _child_of, kill_driver, read_summary
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -27,7 +27,11 @@ inventory = colabkit.gpus(processes=False)
 record = {{"job": name, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
           "order": os.environ.get("CUDA_DEVICE_ORDER"), "node": os.environ.get("COLABKIT_CLUSTER_NODE"),
           "attempt": os.environ.get("COLABKIT_JOB_ATTEMPT"), "gpus_listed": len(inventory),
-          "table": inventory.table(), "args": sys.argv[1:], "params": PARAMS}}
+          "table": inventory.table(), "args": sys.argv[1:], "params": PARAMS,
+          "secret_sent": os.path.exists(".env"), "data_sent": os.path.exists("data.csv")}}
+os.makedirs("out", exist_ok=True)   # files a job writes beside itself come back to the run folder
+with open(os.path.join("out", name + ".txt"), "w") as fh:
+    fh.write("made by " + name)
 with open(os.path.join(shared, "records.jsonl"), "a") as fh:
     fh.write(json.dumps(record) + "\\n")
 print("at barrier", name, flush=True)
@@ -70,6 +74,9 @@ def test_jobs_run_on_the_cluster_each_with_its_own_gpus(ray_cluster, tmp_path):
     jobs, shared, run_dir = tmp_path / "jobs", tmp_path / "shared", tmp_path / "run"
     jobs.mkdir()
     shared.mkdir()
+    (jobs / ".gitignore").write_text(".env\n")   # what git would not commit stays home
+    (jobs / ".env").write_text("API_KEY=do-not-send\n")
+    (jobs / "data.csv").write_text("1,2\n")
     paths = [_script(jobs, f"train_{c}.py", shared) for c in "abc"] + [_notebook(jobs, "sweep.ipynb", shared)]
     driver = ray_cluster.popen(sys.executable, "-m", "colabkit", "run", "--cluster", ray_cluster.address,
                                "--run-dir", str(run_dir), "-p", "lr", "0.5", *map(str, paths), "--", "--seed", "7",
@@ -78,15 +85,23 @@ def test_jobs_run_on_the_cluster_each_with_its_own_gpus(ray_cluster, tmp_path):
     try:
         # streamed: every job's line reaches the local log while the job still waits at the barrier
         streamed = wait_for(lambda: all(f"at barrier {n}" in _log(run_dir, n) for n in names), timeout=150, step=0.3)
-        summary = read_summary(run_dir)
         assert streamed, {n: _log(run_dir, n) for n in names}
+
+        def all_running():
+            summary = read_summary(run_dir)
+            return summary is not None and all(j["status"] == "running" and "node" in (j.get("device") or "")
+                                               for j in summary["jobs"]) and summary
+        summary = wait_for(all_running, timeout=60, step=0.3) or read_summary(run_dir)
         running = {j["name"]: j for j in summary["jobs"]}
         assert all(j["status"] == "running" for j in running.values()), running
         assert len({j["device"] for j in running.values()}) == 4  # the live summary: 4 machines/GPUs, one each
         assert all("node" in j["device"] and "GPU" in j["device"] for j in running.values())
     finally:
         (shared / "go").touch()
-        out, _ = driver.communicate(timeout=120)
+        try:
+            out, _ = driver.communicate(timeout=120)
+        finally:
+            kill_driver(driver)
     assert driver.returncode == 0, out
     records = [json.loads(line) for line in (shared / "records.jsonl").read_text().splitlines()]
     assert sorted(r["job"] for r in records) == sorted(names)
@@ -99,6 +114,10 @@ def test_jobs_run_on_the_cluster_each_with_its_own_gpus(ray_cluster, tmp_path):
         assert r["gpus_listed"] == 2, r["table"]  # colabkit.gpus() lists the worker's GPUs...
         assert f"CUDA_VISIBLE_DEVICES={r['cvd']} (CUDA_DEVICE_ORDER=PCI_BUS_ID)" in r["table"]  # ...and its own
         assert r["attempt"] == "1"
+        assert r["data_sent"] and not r["secret_sent"]
+        assert (run_dir / f"{r['job']}-files" / "out" / f"{r['job']}.txt").read_text() == f"made by {r['job']}"
+        assert "file(s) it wrote" in _log(run_dir, r["job"])
+    assert "sending" in out and "6 file(s)" in out   # 4 jobs, data.csv, .gitignore
     by_job = {r["job"]: r for r in records}
     assert by_job["train_a"]["args"] == ["--seed", "7"]
     assert by_job["sweep"]["params"] == {"lr": 0.5}  # -p reaches the notebook (and --seed 7 as a parameter)
@@ -154,8 +173,7 @@ def test_a_dead_node_sends_the_job_elsewhere_and_it_resumes(ray_cluster, tmp_pat
         ray_cluster.kill_node_of(int(marker.read_text()))
         out, _ = driver.communicate(timeout=150)
     finally:
-        if driver.poll() is None:
-            driver.kill()
+        kill_driver(driver)
         ray_cluster.add_worker()   # the next tests get the cluster's four GPUs again
     assert driver.returncode == 0, out + _log(run_dir, "long")
     result = json.loads((shared / "result.json").read_text())
@@ -209,14 +227,13 @@ def test_ctrl_c_gives_cluster_jobs_sigterm_and_the_grace_period(ray_cluster, tmp
     try:
         assert wait_for(lambda: all("working" in _log(run_dir, n) for n in names), timeout=150, step=0.3), \
             {n: _log(run_dir, n) for n in names}
-        python = wait_for(lambda: _child(driver.pid), timeout=10)
+        python = wait_for(lambda: _child_of(driver.pid), timeout=10)
         sent = time.monotonic()
         os.kill(python, signal.SIGINT)  # what Ctrl-C in the terminal sends to the driver
         out, _ = driver.communicate(timeout=90)
         took = time.monotonic() - sent
     finally:
-        if driver.poll() is None:
-            driver.kill()
+        kill_driver(driver)
     assert driver.returncode == 130, out
     summary = read_summary(run_dir)
     assert summary["status"] == "interrupted" and summary["interrupted_by"] == "SIGINT"
@@ -228,14 +245,6 @@ def test_ctrl_c_gives_cluster_jobs_sigterm_and_the_grace_period(ray_cluster, tmp
         assert "SIGTERM: saving" in _log(run_dir, name) and "saved" in _log(run_dir, name)
     assert "SIGTERM ignored" in _log(run_dir, "stubborn")
     assert grace <= took < 60, took
-
-
-def _child(pid: int) -> int | None:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return None
-    return int(children[0]) if children else None
 
 
 def test_fewer_gpus_than_gpus_per_job_is_one_line_before_anything_starts(ray_cluster, tmp_path):
