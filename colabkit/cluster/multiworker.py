@@ -224,8 +224,9 @@ class Coordinator:
     def explain(self, exc: BaseException) -> str:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         return (f"worker {self.index} of {self.count}: another worker of this multi-worker run died or stopped "
-                f"answering ({type(exc).__name__}: {first}). Start every worker again: they resume together from "
-                f"the chief's last checkpoint.")
+                f"answering, or never joined within the collective timeout ({type(exc).__name__}: {first}). "
+                f"Start every worker again (within the timeout= of colabkit.strategy() of each other): they "
+                f"resume together from the chief's last checkpoint.")
 
     def is_collective_failure(self, exc: BaseException) -> bool:
         errors = self.tf.errors

@@ -1,7 +1,7 @@
 """One worker of a two-worker MultiWorkerMirroredStrategy training with AutoResume (test_multiworker.py).
 
     python mw_worker.py INDEX PORT0,PORT1 CHECKPOINTS OUT.json [--sigterm-at STEP] [--hang-at STEP] [--deadline D]
-        [--save-deadline]
+        [--save-deadline] [--alone]
 
 --deadline: AutoResume's deadline on this worker alone. --sigterm-at: this worker sends itself SIGTERM after that many steps (Ctrl-C or a scheduler's stop on one
 machine). --hang-at: this worker writes OUT.json.ready and sleeps there (the test kills it).
@@ -25,6 +25,7 @@ parser.add_argument("--sigterm-at", type=int)
 parser.add_argument("--hang-at", type=int)
 parser.add_argument("--timeout", default="15s")
 parser.add_argument("--deadline", default="auto", help="AutoResume's deadline on this worker")
+parser.add_argument("--alone", action="store_true", help="train in this process alone, with the same global batch")
 parser.add_argument("--save-deadline", action="store_true",
                     help="a save-and-keep-training deadline (as an idle cutoff) due at once on this worker")
 args = parser.parse_args()
@@ -46,8 +47,12 @@ class SaveNow:
 if args.save_deadline:
     colabkit.deadline.register(SaveNow())
 
-strategy = colabkit.strategy(workers=[f"127.0.0.1:{p}" for p in args.ports.split(",")], index=args.index,
-                             timeout=args.timeout)
+if args.alone:   # one process, no multi-worker strategy: what the two workers together must compute
+    import tensorflow as tf
+    strategy = tf.distribute.get_strategy()
+else:
+    strategy = colabkit.strategy(workers=[f"127.0.0.1:{p}" for p in args.ports.split(",")], index=args.index,
+                                 timeout=args.timeout)
 
 import keras
 import numpy as np

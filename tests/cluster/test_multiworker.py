@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from colabkit.cluster import multiworker
+from tests.cluster.conftest import namespaces_work
 from tests.waiting import wait_for
 
 WORKER = Path(__file__).with_name("mw_worker.py")
@@ -31,8 +32,31 @@ def _free_ports(n: int) -> list:
             s.close()
 
 
+_in_netns: list = []   # the command prefix that runs a worker in this module's network namespace, if any
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _network_namespace(tmp_path_factory):
+    """The workers' gRPC servers listen inside a network namespace of the module's own (only loopback), where
+    their fixed ports are free whatever else runs on the machine; without namespaces, ports probed free."""
+    if namespaces_work() is not None:
+        yield
+        return
+    ready = tmp_path_factory.mktemp("netns") / "ready"
+    holder = subprocess.Popen(["unshare", "--net", "--", "bash", "-c",
+                               f"ip link set lo up && touch {ready} && exec sleep 100000"])
+    try:
+        assert wait_for(lambda: ready.exists() or holder.poll() is not None, timeout=60) and ready.exists()
+        _in_netns[:] = ["nsenter", "--target", str(holder.pid), "--net", "--"]   # --net alone: no fork, the
+        yield                                                                     # worker's pid is the Popen's
+    finally:
+        _in_netns.clear()
+        holder.kill()
+        holder.wait()
+
+
 def _start(tmp_path: Path, run: str, ckpt: Path, extra=((), ())) -> list:
-    ports = ",".join(map(str, _free_ports(2)))
+    ports = "23456,23457" if _in_netns else ",".join(map(str, _free_ports(2)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLABKIT_", "TF_CONFIG"))}
     env.update(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1", HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"),
                XDG_CONFIG_HOME=str(tmp_path / "config"),
@@ -41,7 +65,7 @@ def _start(tmp_path: Path, run: str, ckpt: Path, extra=((), ())) -> list:
     for i in range(2):
         out = tmp_path / f"{run}-{i}.json"
         log = open(tmp_path / f"{run}-{i}.log", "w")  # noqa: SIM115 - closed by _finish()
-        procs.append((subprocess.Popen([sys.executable, str(WORKER), str(i), ports, str(ckpt), str(out), *extra[i]],
+        procs.append((subprocess.Popen([*_in_netns, sys.executable, str(WORKER), str(i), ports, str(ckpt), str(out), *extra[i]],
                                        env=env, stdout=log, stderr=subprocess.STDOUT), out, log))
     return procs
 
@@ -83,6 +107,23 @@ def uninterrupted(tmp_path_factory):
     for a, b in zip(_weights(results[0]), _weights(results[1])):
         np.testing.assert_array_equal(a, b)   # the two workers hold one model
     return results[0]
+
+
+@pytest.mark.slow
+def test_two_workers_compute_what_one_process_does_with_the_same_global_batch(uninterrupted, tmp_path):
+    """The strategy really splits each global batch of 32 between the workers and sums their gradients: the
+    weights match one plain process's, up to the order of float sums (hence allclose, not equal)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COLABKIT_", "TF_CONFIG"))}
+    env.update(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1", HOME=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "alone.json"
+    done = subprocess.run([sys.executable, str(WORKER), "0", "0", str(tmp_path / "ckpt"), str(out), "--alone"],
+                          env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    alone = _result(out)
+    assert alone["steps_here"] == uninterrupted["steps_here"] == 36   # 3 epochs of 384 / 32
+    for got, want in zip(_weights(uninterrupted), _weights(alone)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow
