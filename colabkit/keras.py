@@ -478,7 +478,7 @@ class AutoResume(keras.callbacks.Callback):
     def _restore_and_position(self):
         restored = self.checkpoints.restore()
         if self._mw is not None:
-            restored = self._agree_on_restore(restored)
+            restored = self._mw.agree_on_restore(restored, self.directory)
         if restored is not None and restored.state.get("callbacks"):
             # their own arrays: a callback keeping one (EarlyStopping's best_weights) would otherwise keep the
             # whole checkpoint's buffer alive for the run
@@ -515,21 +515,6 @@ class AutoResume(keras.callbacks.Callback):
         origin = (f"shared checkpoint {self.checkpoints.resume_from}" if restored.source == "link"
                   else f"{restored.source} copy of {self.directory}")
         self._say(f"resumed from step {restored.step} ({where}) [{origin}]")
-
-    def _agree_on_restore(self, restored):
-        """Multi-worker: every worker restores the checkpoint the chief chose, or all stop with one error."""
-        mw = self._mw
-        mine = -1 if restored is None else restored.step
-        chosen = int(mw.chief_value(mine))
-        if chosen == -1 and not mw.is_chief:
-            restored, mine = None, -1   # the chief starts from scratch: so does every worker
-        if mw.any_of([mine != chosen])[0]:
-            raise CheckpointError(f"the workers of this multi-worker run do not see the same checkpoint in "
-                                  f"{self.directory}: the chief chose "
-                                  f"{'none' if chosen == -1 else f'step {chosen}'}, worker {mw.index} sees "
-                                  f"{'none' if mine == -1 else f'step {mine}'}. Put the checkpoint folder on storage "
-                                  f"every worker sees at the same path (NFS, a synced Drive folder, gdrive://).")
-        return restored
 
     def _apply(self, restored):
         """Check every saved array against the live variables first, then assign: nothing is overwritten
@@ -707,23 +692,15 @@ class AutoResume(keras.callbacks.Callback):
         every_due = bool(self.every and time.time() - self._last_save_time >= self.every)
         interrupt = self._interrupt
         if self._mw is not None:   # what one worker saw, all act on, at this same batch
-            any_interrupt, any_stop, any_save, every_due = self._mw.any_of(
-                [interrupt, deadline is not None and deadline.stop_training,
-                 deadline is not None and not deadline.stop_training, every_due])
-            interrupt = interrupt or ("a signal on another worker" if any_interrupt else None)
             local = deadline
-            if any_stop and not (local is not None and local.stop_training):
-                deadline = _RemoteDeadline(True)   # another worker stops after this save: so does this one
-            elif local is None and any_save:
-                deadline = _RemoteDeadline(False)
-            if local is not None and deadline is not local:
+            interrupt, deadline, every_due = self._mw.agree_on_batch_end(interrupt, deadline, every_due)
+            if local is not None:
                 self._watch.mark_handled(local)
         if interrupt:
             self._final_save(position, f"{interrupt} received")
             return
         if deadline is not None:
-            if not isinstance(deadline, _RemoteDeadline):
-                self._watch.mark_handled(deadline)
+            self._watch.mark_handled(deadline)
             if deadline.stop_training:
                 self._final_save(position, f"{deadline.reason} is {format_duration(deadline.at - time.time())} away",
                                  timeout=max(1.0, deadline.at - time.time()), event="deadline-save")
@@ -923,15 +900,6 @@ class AutoResume(keras.callbacks.Callback):
         _pass_signal_on(previous, signum, frame)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-
-
-class _RemoteDeadline:
-    """A deadline another worker of a multi-worker run reached: this worker saves (and stops) with it."""
-
-    def __init__(self, stop_training: bool):
-        self.stop_training = stop_training
-        self.reason = "a deadline on another worker"
-        self.at = time.time() + FINAL_WAIT_FLOOR_S
 
 
 _FIT_FRAME_UNKNOWN = object()   # on_train_begin ran outside a recognised fit(): its handlers assume it runs

@@ -221,6 +221,36 @@ class Coordinator:
     def chief_value(self, value: float) -> float:
         return self.sum([value if self.is_chief else 0.0])[0]
 
+    def agree_on_restore(self, restored, directory):
+        """Every worker restores the checkpoint the chief chose (``restored``: what this worker found, or None),
+        or all stop with one CheckpointError."""
+        mine = -1 if restored is None else restored.step
+        chosen = int(self.chief_value(mine))
+        if chosen == -1 and not self.is_chief:
+            restored, mine = None, -1   # the chief starts from scratch: so does every worker
+        if self.any_of([mine != chosen])[0]:
+            from ..checkpoints.api import CheckpointError
+            raise CheckpointError(f"the workers of this multi-worker run do not see the same checkpoint in "
+                                  f"{directory}: the chief chose {'none' if chosen == -1 else f'step {chosen}'}, "
+                                  f"worker {self.index} sees {'none' if mine == -1 else f'step {mine}'}. Put the "
+                                  f"checkpoint folder on storage every worker sees at the same path (NFS, a synced "
+                                  f"Drive folder, gdrive://).")
+        return restored
+
+    def agree_on_batch_end(self, interrupt, deadline, every_due: bool) -> tuple:
+        """What every worker does at this batch end, from what each saw: (interrupt or None, the deadline to
+        act on or None, every_due). A signal or a stopping deadline on any worker stops all; a save-only
+        deadline on any makes all save."""
+        any_interrupt, any_stop, any_save, every_due = self.any_of(
+            [interrupt, deadline is not None and deadline.stop_training,
+             deadline is not None and not deadline.stop_training, every_due])
+        interrupt = interrupt or ("a signal on another worker" if any_interrupt else None)
+        if any_stop and not (deadline is not None and deadline.stop_training):
+            deadline = RemoteDeadline(True)   # another worker stops after this save: so does this one
+        elif deadline is None and any_save:
+            deadline = RemoteDeadline(False)
+        return interrupt, deadline, every_due
+
     def explain(self, exc: BaseException) -> str:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         return (f"worker {self.index} of {self.count}: another worker of this multi-worker run died or stopped "
@@ -232,3 +262,16 @@ class Coordinator:
         errors = self.tf.errors
         return isinstance(exc, (errors.DeadlineExceededError, errors.UnavailableError, errors.CancelledError,
                                 errors.AbortedError, errors.InternalError))
+
+
+class RemoteDeadline:
+    """A deadline another worker of a multi-worker run reached: this worker saves (and stops) with it."""
+
+    FLOOR_S = 60.0   # as AutoResume's FINAL_WAIT_FLOOR_S: how long the save may take
+
+    def __init__(self, stop_training: bool):
+        import time
+        self.stop_training = stop_training
+        self.reason = "a deadline on another worker"
+        self.key = f"remote@{time.time():.3f}"
+        self.at = time.time() + self.FLOOR_S

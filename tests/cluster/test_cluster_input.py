@@ -164,3 +164,22 @@ def test_waiting_for_a_lost_node_ends_with_ctrl_c_and_is_skipped_for_an_actor_ki
     assert time.monotonic() - began < runner.NODE_DEATH_WAIT_S / 2   # not the full wait past Ctrl-C
     assert not runner._names_a_lost_node("ActorDiedError: the worker was killed by the memory monitor (OOM)")
     assert runner._names_a_lost_node("ActorDiedError: The actor died because its node has died. Node Id: ab")
+
+
+def test_a_process_connected_to_one_cluster_refuses_another_address(monkeypatch):
+    class Connected:   # ray, as a program that called ray.init() on another cluster leaves it
+        @staticmethod
+        def is_initialized():
+            return True
+
+        @staticmethod
+        def get_runtime_context():
+            class Context:
+                gcs_address = "10.9.9.9:6379"
+            return Context()
+
+    monkeypatch.setattr(connect, "import_ray", lambda: Connected)
+    with pytest.raises(JobError, match="already connected to the Ray cluster at 10.9.9.9:6379"):
+        connect.connect("127.0.0.1:6379")
+    assert connect.connect("10.9.9.9:6379") == (Connected, False)   # the same cluster: reused
+    assert connect.connect("auto") == (Connected, False)
