@@ -883,10 +883,20 @@ def _logical_gpus(tf) -> list:
     return gpus_seen
 
 
-def strategy():
+def strategy(workers=None, *, index=None, timeout=None):
     """A tf.distribute strategy for the chosen GPUs: the default strategy for 0 or 1 GPU (0: the CPU, with one
     log line), MirroredStrategy over all of them for 2 or more. Call ``use_gpus`` first to choose; without it,
-    every GPU TensorFlow sees is used."""
+    every GPU TensorFlow sees is used.
+
+    workers: one training over several machines: ["gpu-a:12345", "gpu-b:12345"] (the first is the chief) writes
+    TF_CONFIG, says which worker this is, and returns a MultiWorkerMirroredStrategy whose collectives time out
+    after ``timeout`` (see colabkit.cluster.multiworker; index: this worker's position when the host names
+    cannot tell)."""
+    if workers is not None:
+        from .cluster.multiworker import strategy as multi_worker_strategy
+        return multi_worker_strategy(workers, index=index, timeout=timeout)
+    if index is not None or timeout is not None:
+        raise ValueError("strategy(index=..., timeout=...) go with workers=[...] (a multi-worker run).")
     tf = _tensorflow("colabkit.strategy()")
     seen = _logical_gpus(tf)
     if len(seen) >= 2:

@@ -19,6 +19,9 @@ job succeeded, 1 when one failed, 130 / 143 when interrupted by SIGINT / SIGTERM
 
 A machine without GPUs runs the jobs on the CPU, ``--per-gpu`` at a time. On a GPU in MIG mode each instance is a
 slot of its own (CUDA gives a process one instance).
+
+``--cluster ADDRESS`` runs the same jobs on a Ray cluster instead, each on any machine with free GPUs
+(colabkit/cluster/runner.py).
 """
 from __future__ import annotations
 
@@ -304,7 +307,8 @@ def default_run_dir() -> Path:
 
 def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, gpus_per_job: int = 1, params: Sequence = (),
              args: Sequence[str] = (), retries: int = 0, run_dir=None, grace: float = DEFAULT_GRACE, min_free=None,
-             max_util=None, kernel: str | None = None, out=None, progress: bool | None = None) -> RunReport:
+             max_util=None, kernel: str | None = None, out=None, progress: bool | None = None, cluster=None,
+             shared: bool = False) -> RunReport:
     """Run the job files over the chosen GPUs (see the module docs); returns a RunReport (``exit_code``).
 
     gpus: as for ``colabkit.use_gpus`` ("auto", a count, "0,1", UUIDs). gpus_per_job: GPUs in each job's
@@ -312,12 +316,24 @@ def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, gpus_per_job: in
     notebooks.
     args: the argv tail for scripts (and ``--name value`` parameters for notebooks). out: where progress lines go
     (default stdout). progress: a tqdm bar (default: on a terminal or in a notebook).
+    cluster: a Ray address ("ray://host:10001", "host:6379" or "auto"): each job becomes a Ray actor asking for
+    its GPUs, placed on any machine of the cluster with free ones (see colabkit.cluster). shared: with a
+    cluster, the job files are on storage every machine sees at the same path (otherwise each job's folder is
+    uploaded to the machine that runs it).
     """
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise JobError(f"--retries {retries!r}: expected a whole number of at least 0.")
     if not isinstance(grace, (int, float)) or isinstance(grace, bool) or not 0 <= grace < float("inf"):
         raise JobError(f"--grace {grace!r}: expected a number of seconds of at least 0.")
     jobs = prepare_jobs(paths, params=params, args=args, kernel=kernel)
+    if cluster is not None:
+        from .cluster.runner import run_on_cluster
+        return run_on_cluster(jobs, cluster, gpus=gpus, per_gpu=per_gpu, gpus_per_job=gpus_per_job,
+                              retries=retries, run_dir=run_dir, grace=float(grace), min_free=min_free,
+                              max_util=max_util, kernel=kernel, out=out, progress=progress, shared=shared)
+    if shared:
+        raise JobError("--shared is for --cluster runs (job files on storage every machine sees); "
+                       "drop it, or pass --cluster ADDRESS.")
     slots, note = plan_slots(gpus, per_gpu=per_gpu, gpus_per_job=gpus_per_job, min_free=min_free,
                              max_util=max_util)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
@@ -341,6 +357,7 @@ class _Runner:
         self.deadline: float | None = None
         self.killed = False
         self.started_at = time.time()
+        self.summary_extra: dict = {}  # more top-level summary.json fields (the cluster runner: its address)
         self.bar = self._bar(progress)
 
     # output -----------------------------------------------------------------------------------------
@@ -376,7 +393,8 @@ class _Runner:
         data = {"run_dir": str(self.run_dir), "status": status, "exit_code": exit_code,
                 "started": self.started_at, "updated": time.time(),
                 "interrupted_by": None if self.stop_signal is None else signal.Signals(self.stop_signal).name,
-                "slots": [s.label for s in self.slots], "jobs": [s.as_dict() for s in self.states]}
+                "slots": [s.label for s in self.slots], **self.summary_extra,
+                "jobs": [s.as_dict() for s in self.states]}
         tmp = self.run_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(data, indent=2))
         os.replace(tmp, self.run_dir / "summary.json")
@@ -490,10 +508,18 @@ class _Runner:
                 event = None
             if event is not None and event[0] == "signal":
                 self._on_signal(event[1])
-            elif event is not None:
+            elif event is not None and event[0] == "exit":
                 self._on_exit(*event[1:])
+            elif event is not None:
+                self._on_event(event)
             if self.deadline is not None and not self.killed and time.monotonic() >= self.deadline:
                 self._kill_all(f"grace period of {self.grace:g}s is over")
+
+    def _on_event(self, event: tuple) -> None:
+        """Events other than a signal or a job's exit (the cluster runner reports where a job started)."""
+
+    def _describe(self, state: JobState, returncode: int) -> str:
+        return _describe_exit(returncode)
 
     def _on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -533,7 +559,7 @@ class _Runner:
             for pid in state.pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
-        how = _describe_exit(returncode)
+        how = self._describe(state, returncode)
         if state.signalled:  # stopped by the queue, even if it then exited cleanly (after saving)
             state.status = "stopped"
             self.say(f"[{self._stamp()}] stopped {state.job.name} ({how})")
@@ -625,11 +651,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--min-free", metavar="SIZE", help="only GPUs with this much free memory, e.g. 8GiB")
     parser.add_argument("--max-util", type=float, metavar="PCT", help="only GPUs at most this busy (%%)")
     parser.add_argument("--kernel", metavar="NAME", help="Jupyter kernel for notebooks (default: the notebook's)")
+    parser.add_argument("--cluster", metavar="ADDRESS",
+                        help="run the jobs on a Ray cluster: ray://HOST:10001, HOST:6379 or auto; each job asks "
+                             "Ray for --gpus-per-job GPUs and runs on any machine with free ones "
+                             '(needs pip install "colabkit[cluster]")')
+    parser.add_argument("--shared", action="store_true",
+                        help="with --cluster: the job files are on storage every machine sees at the same path "
+                             "(default: each job's folder is uploaded to the machine that runs it)")
 
 
 def main_from_args(args) -> int:
     report = run_jobs(args.jobs, gpus=args.gpus, per_gpu=args.per_gpu, gpus_per_job=args.gpus_per_job,
                       params=args.parameter, args=getattr(args, "passthrough", []) or [], retries=args.retries,
                       run_dir=args.run_dir,
-                      grace=args.grace, min_free=args.min_free, max_util=args.max_util, kernel=args.kernel)
+                      grace=args.grace, min_free=args.min_free, max_util=args.max_util, kernel=args.kernel,
+                      cluster=args.cluster, shared=args.shared)
     return report.exit_code

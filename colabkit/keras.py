@@ -171,6 +171,7 @@ class AutoResume(keras.callbacks.Callback):
         self._last_saved_step = None
         self._reapply = None          # the restore plan, applied again after the resumed epoch's on_epoch_begin
         self._input = UNTRACKED       # where a tf.data input stands (keras_input), attached at train begin
+        self._mw = None               # the multi-worker Coordinator (colabkit.cluster.multiworker) or None
 
     # -- helpers -----------------------------------------------------------------------------------------
     def _say(self, message: str):
@@ -434,7 +435,11 @@ class AutoResume(keras.callbacks.Callback):
                 raise
             except Exception as exc:
                 if self._running and self._fit_running(sys._getframe(1)):
+                    mw = self._mw
                     self._left_by_exception(exc)
+                    if mw is not None and mw.is_collective_failure(exc):
+                        from .cluster.multiworker import WorkerLost
+                        raise WorkerLost(mw.explain(exc)) from exc
                 raise
 
         train_function._colabkit_original = getattr(inner, "_colabkit_original", inner)
@@ -457,8 +462,11 @@ class AutoResume(keras.callbacks.Callback):
             self.model.optimizer.build(self.model.trainable_variables)
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers()
+        from .cluster.multiworker import coordinator_for
+        self._mw = coordinator_for(self.model)   # a MultiWorkerMirroredStrategy run: saves are agreed on
         try:
-            self.checkpoints.claim()   # another run writing this folder is an error now, not a mix-up later
+            if self._mw is None or self._mw.is_chief:   # the chief alone writes, and holds the folder's lease
+                self.checkpoints.claim()   # another run writing this folder is an error now, not a mix-up later
             self._state_nbytes = self._buffers.prefill([v for group in self._variables() for v in group])
             self._restore_and_position()
             self._guard_train_function()
@@ -469,6 +477,8 @@ class AutoResume(keras.callbacks.Callback):
 
     def _restore_and_position(self):
         restored = self.checkpoints.restore()
+        if self._mw is not None:
+            restored = self._mw.agree_on_restore(restored, self.directory)
         if restored is not None and restored.state.get("callbacks"):
             # their own arrays: a callback keeping one (EarlyStopping's best_weights) would otherwise keep the
             # whole checkpoint's buffer alive for the run
@@ -678,10 +688,17 @@ class AutoResume(keras.callbacks.Callback):
         # after an epoch's last batch the position is the next epoch's start: a resume then has no batch
         # left to skip in an epoch that would otherwise end without a single trained step
         position = (self._epoch + 1, 0) if steps and batch + 1 >= steps else (self._epoch, batch + 1)
-        if self._interrupt:
-            self._final_save(position, f"{self._interrupt} received")
-            return
         deadline = self._watch.due(self._estimated_save_s())
+        every_due = bool(self.every and time.time() - self._last_save_time >= self.every)
+        interrupt = self._interrupt
+        if self._mw is not None:   # what one worker saw, all act on, at this same batch
+            local = deadline
+            interrupt, deadline, every_due = self._mw.agree_on_batch_end(interrupt, deadline, every_due)
+            if local is not None:
+                self._watch.mark_handled(local)
+        if interrupt:
+            self._final_save(position, f"{interrupt} received")
+            return
         if deadline is not None:
             self._watch.mark_handled(deadline)
             if deadline.stop_training:
@@ -695,7 +712,7 @@ class AutoResume(keras.callbacks.Callback):
         if self.save_freq is not False and isinstance(self.save_freq, int) and \
                 self._batches_since_save >= self.save_freq:
             self._save(position, reason="save_freq")
-        elif self.every and time.time() - self._last_save_time >= self.every:
+        elif every_due:
             self._save(position, reason="every")
 
     def on_epoch_end(self, epoch, logs=None):
@@ -732,7 +749,9 @@ class AutoResume(keras.callbacks.Callback):
                 self._checkpoints_closed = True
                 from .checkpoints.storage import remove_tree
                 destination = self.checkpoints.destination
-                if isinstance(destination, os.PathLike):
+                if self._mw is not None and not self._mw.is_chief:
+                    pass   # the chief's folder: the chief removes it
+                elif isinstance(destination, os.PathLike):
                     remove_tree(destination)
                 else:  # a back end that is not a filesystem (gdrive://)
                     destination.remove_all()
@@ -784,6 +803,13 @@ class AutoResume(keras.callbacks.Callback):
         except BaseException:   # a callback's get_state() failing, a second interrupt: the set is free again
             self._buffers.give_back(buffers)
             raise
+        if self._mw is not None and not self._mw.is_chief:
+            # it took part (read every variable, as the chief did); only the chief's copy is kept
+            self._buffers.give_back(buffers)
+            self._last_saved_position, self._saved_in_run, self._last_saved_step = position, True, self._step
+            self._batches_since_save, self._last_save_time = 0, time.time()
+            self._event(event, f"step {self._step} (epoch {epoch}, batch {batch}, {reason}; kept by the chief)")
+            return True
         ok = self.checkpoints.save(self._step, state, epoch=epoch, batch=batch, wait=wait, _copy_arrays=False,
                                    info={"reason": reason}, _release=lambda: self._buffers.give_back(buffers))
         self._last_saved_position, self._saved_in_run, self._last_saved_step = position, True, self._step
@@ -797,6 +823,8 @@ class AutoResume(keras.callbacks.Callback):
         return max(FINAL_WAIT_FLOOR_S, 3 * self._estimated_save_s())
 
     def _saved_where(self, committed: bool) -> str:
+        if self._mw is not None and not self._mw.is_chief:
+            return f"the chief, worker 0, writes it to {self.directory}"
         if committed:
             return f"committed to {self.directory}"
         last_local = self.checkpoints.status.last_local

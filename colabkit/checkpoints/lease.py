@@ -6,7 +6,11 @@ the destination itself, ``.colabkit-lease.json``: who holds it (host, process, a
 taken and when it was last renewed. A background thread renews it every ``RENEW_S``; another writer that
 finds a lease renewed within ``TIMEOUT_S`` gets FolderInUse naming the holder, and takes over (with a
 warning) a lease that was not renewed for longer, as one left by a VM that was reclaimed. A holder that ran
-on this machine in this boot and whose process is gone is taken over at once.
+on this machine in this boot and whose process is gone is taken over at once. One held on a machine that
+`colabkit run --cluster` saw die while the job ran there (it names such machines in COLABKIT_DEAD_MACHINES for
+the job's next attempt) is taken over once it went unrenewed for two renewal periods (2 x ``RENEW_S``, 60 s by
+default) instead of ``TIMEOUT_S``: Ray declaring a machine dead does not stop its processes (after a network cut
+the old job can run on), and a writer that still renews is still there, so it gets FolderInUse.
 
 What it cannot guarantee: Drive has no atomic create-if-absent, so two writers starting within moments of
 each other can both write a record. Each reads the record back after writing it, and every renewal checks
@@ -67,6 +71,13 @@ def _dead_here(record: dict) -> bool:
     except (OSError, ValueError):
         return False
     return False
+
+
+def _known_dead_machine(record: dict) -> bool:
+    """True when the record's machine is one that `colabkit run --cluster` saw die (it names them in
+    COLABKIT_DEAD_MACHINES for the job's next attempt, which need not wait for the lease to expire)."""
+    dead = {m for m in os.environ.get("COLABKIT_DEAD_MACHINES", "").split(",") if m}
+    return bool(dead) and record.get("machine") in dead
 
 
 def _describe(record: dict) -> str:
@@ -139,6 +150,16 @@ class Lease:
                 age = now - float(current.get("renewed", 0))
                 if current.get("machine") == _machine_id() and current.get("pid") == os.getpid():
                     pass   # our own, left by an earlier release that could not remove it
+                elif _known_dead_machine(current) and current.get("machine") != _machine_id():
+                    # dead to Ray is not stopped: after a network cut the old job may run (and commit) on.
+                    # It renews every RENEW_S; silence for two beats is the proof it stopped.
+                    if self._renewed_within(current, 2 * RENEW_S):
+                        raise FolderInUse(in_use_message(_describe(current), self.location, _age(current, time.time()))
+                                          + " Its machine left the cluster, but its writer still renews the lease: "
+                                            "it still runs there (a network cut?). Stop it, or wait until it stops.")
+                    self._on_warning(f"taking over {self.location} from {_describe(current)}: its machine "
+                                     f"left the cluster while the job ran there and its lease went unrenewed for "
+                                     f"{2 * RENEW_S:.0f}s")
                 elif _dead_here(current):
                     log.info("colabkit: taking over %s from %s, which has ended", self.location,
                              _describe(current))
@@ -161,6 +182,21 @@ class Lease:
             self.held, self.lost = True, False
             self._owners.add(id(owner))
             self._start_renewing()
+
+    def _renewed_within(self, record: dict, quiet_s: float) -> bool:
+        """Wait until ``quiet_s`` have passed since ``record`` was last renewed (its clock); True when its
+        writer renewed (or replaced) it in the meantime, False when it stayed silent or was removed."""
+        first = (record.get("token"), record.get("renewed"), record.get("beat"))
+        while True:
+            left = float(record.get("renewed", 0)) + quiet_s - time.time()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 1.0))
+            current = self._read()
+            if current is None:
+                return False
+            if (current.get("token"), current.get("renewed"), current.get("beat")) != first:
+                return True
 
     def _start_renewing(self) -> None:
         if self._thread is not None and self._thread.is_alive() and not self._stop.is_set():

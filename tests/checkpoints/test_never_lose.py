@@ -199,6 +199,58 @@ def test_a_live_lease_of_another_machine_refuses_and_a_stale_one_is_taken_over(t
     assert steps(dest) == [1]
 
 
+def test_a_lease_of_a_machine_the_cluster_saw_die_is_taken_over_once_it_goes_unrenewed(tmp_path, ck_env,
+                                                                                        monkeypatch):
+    from colabkit.checkpoints import lease
+    monkeypatch.setattr(lease, "RENEW_S", 1.0)   # taken over after 2 s of silence instead of TIMEOUT_S
+    dest = tmp_path / "dest"
+    _lease_of_another_machine(dest, renewed_ago=0)
+    monkeypatch.setenv("COLABKIT_DEAD_MACHINES", "other-box/boot")   # another dead machine: no effect
+    with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm") as ckpt:
+        with pytest.raises(FolderInUse, match="process 4242 on host colab-vm-1"):
+            ckpt.save(1, {"w": np.ones(3)})
+    # what `colabkit run --cluster` sets for the next attempt of a job whose machine died
+    monkeypatch.setenv("COLABKIT_DEAD_MACHINES", f"other-box/boot,colab-vm-1/boot,{lease._machine_id()}")
+
+    # dead to Ray, but its writer still renews (a network cut): a live writer, refused
+    stop = threading.Event()
+
+    def renew():
+        beat = 7
+        while not stop.wait(0.3):
+            beat += 1
+            record = json.loads((dest / LEASE_NAME).read_text())
+            (dest / "lease.tmp").write_text(json.dumps(dict(record, renewed=time.time(), beat=beat)))
+            os.replace(dest / "lease.tmp", dest / LEASE_NAME)   # whole: a torn record would read as none
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    try:
+        with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm") as ckpt:
+            with pytest.raises(FolderInUse, match="still renews the lease"):
+                ckpt.save(1, {"w": np.ones(3)})
+    finally:
+        stop.set()
+        renewer.join()
+    assert steps(dest) == []
+
+    # a live process of this machine is never taken over because the cluster named this machine
+    (dest / LEASE_NAME).write_text(json.dumps({
+        "token": "1" * 16, "host": socket.gethostname(), "machine": lease._machine_id(), "pid": os.getppid(),
+        "started": time.time(), "renewed": time.time() - 30, "beat": 1, "location": str(dest)}))
+    with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm") as ckpt:
+        with pytest.raises(FolderInUse, match=f"process {os.getppid()}"):
+            ckpt.save(1, {"w": np.ones(3)})
+
+    # silent since it was last renewed: taken over after two renewal periods, long before TIMEOUT_S
+    _lease_of_another_machine(dest, renewed_ago=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm") as ckpt:
+            assert ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    assert any("left the cluster" in str(w.message) and "colab-vm-1" in str(w.message) for w in caught)
+    assert steps(dest) == [1]
+
+
 def test_a_writer_whose_lease_was_taken_over_stops_uploading_and_keeps_its_checkpoints(tmp_path, ck_env,
                                                                                         monkeypatch):
     from colabkit.checkpoints import lease

@@ -1,0 +1,151 @@
+"""The side of a cluster job that runs on the worker machine: one Ray actor per attempt of a job.
+
+The actor starts the job as a subprocess (the same command `colabkit run` uses on one machine), in the
+environment colabkit promises there, and answers the driver's polls with the log bytes written since the last
+poll and, once the job ended, its exit status and output notebook. It holds no state the driver cannot lose:
+if its machine dies, the driver sees the actor die and starts the job again elsewhere.
+
+GPU numbering: Ray counts a node's GPUs through NVML, whose indices follow the PCI bus order, and hands an actor
+the ids of its GPUs in CUDA_VISIBLE_DEVICES (a node started with CUDA_VISIBLE_DEVICES=2,3 hands out 2 and 3).
+CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so the job gets that order too, which
+makes Ray's ids, nvidia-smi's and CUDA's the same GPUs.
+
+This module must import without Ray (the driver's checks import it); Ray is imported inside the methods.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import devices
+from ..jobs import Job, _command, _descendants
+
+LOG_CHUNK = 1 << 20   # at most this many log bytes per poll
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the actor's process dies (Linux), as when the machine dies."""
+    with contextlib.suppress(Exception):
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class JobActor:
+    """Runs one attempt of one job on whichever machine Ray placed it."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.folder: Path | None = None
+        self.log: Path | None = None
+        self.output: Path | None = None
+        self.pids: set = set()
+        self.sent: dict | None = None   # the job folder's files as sent (None: --shared, it runs in place)
+
+    def start(self, spec: dict, folder_zip: bytes | None = None) -> dict:
+        """Start the job (in a copy of its folder unpacked from folder_zip, or where it is on shared storage);
+        returns where it runs (host, ip, node, gpus, env, command) and, if it could not start, "error"."""
+        import ray
+        context = ray.get_runtime_context()
+        from ..checkpoints.lease import _machine_id
+        info = {"host": socket.gethostname(), "ip": ray.util.get_node_ip_address(), "node": context.get_node_id(),
+                "machine": _machine_id(), "actor_pid": os.getpid()}
+        ids = [str(i) for i in ray.get_gpu_ids()]
+        info["gpus"] = ids
+        self.folder = Path(tempfile.mkdtemp(prefix=f"colabkit-{spec['name']}-"))
+        self.log = self.folder / "job.log"
+        if spec["shared"]:
+            path = Path(spec["path"])
+        else:
+            from .packing import snapshot, unpack_folder
+            unpack_folder(folder_zip, self.folder / "files")
+            path = self.folder / "files" / spec["filename"]
+            self.sent = snapshot(self.folder / "files")   # what the job writes beside this comes back
+        if not path.is_file():
+            where = "the shared path" if spec["shared"] else "the job folder sent with it"
+            info["error"] = (f"{path} is not on this machine ({where}); "
+                             + ("mount the shared storage at the same path on every machine, or drop --shared"
+                                if spec["shared"] else "was the file excluded from the upload?"))
+            return info
+        job = Job(path=path, kind=spec["kind"], name=spec["name"], params=[tuple(p) for p in spec["params"]],
+                  args=list(spec["args"]))
+        self.output = self.folder / f"{spec['name']}.ipynb" if job.kind == "notebook" else None
+        cmd, _ = _command(job, self.output, spec.get("kernel"))
+        env = dict(os.environ)
+        env[devices.ORDER_VAR] = "PCI_BUS_ID"
+        env[devices.VISIBLE_VAR] = ",".join(ids) if ids else devices.NO_GPUS
+        if ids and spec.get("memory_growth") and devices.GROWTH_VAR not in env:
+            env[devices.GROWTH_VAR] = "true"
+        if spec.get("dead_machines"):  # where earlier attempts died: their checkpoint leases can go at once
+            env["COLABKIT_DEAD_MACHINES"] = ",".join(spec["dead_machines"])
+        env.update({"COLABKIT_JOB": spec["name"], "COLABKIT_JOB_ATTEMPT": str(spec["attempt"]),
+                    "COLABKIT_RUN_DIR": spec["run_dir"], "COLABKIT_CLUSTER_NODE": info["node"],
+                    "PYTHONUNBUFFERED": "1"})
+        info["env"] = {k: env[k] for k in (devices.ORDER_VAR, devices.VISIBLE_VAR)}
+        info["command"] = cmd
+        # scripts run in the job's folder here (there is no "current folder" of the driver on this machine)
+        cwd = str(path.parent)
+        with open(self.log, "ab") as log:
+            try:
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env=env, cwd=cwd, start_new_session=True,
+                                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # noqa: PLW1509 - only prctl before exec
+            except OSError as exc:
+                info["error"] = f"could not start {cmd[0]}: {exc}"
+                return info
+        self.pids = {self.proc.pid}
+        info["pid"] = self.proc.pid
+        return info
+
+    def poll(self, offset: int) -> tuple:
+        """(log bytes from offset, exit status or None while running, output notebook bytes or None)."""
+        returncode = None if self.proc is None else self.proc.poll()
+        data = b""
+        if self.log is not None and self.log.exists():
+            with open(self.log, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(LOG_CHUNK)
+        more = len(data) == LOG_CHUNK
+        if returncode is None or more:
+            return data, None, None
+        notebook = self.output.read_bytes() if self.output is not None and self.output.exists() else None
+        return data, returncode, notebook
+
+    def collect(self) -> tuple:
+        """After the job ended: (zip or None, count, bytes, paths left out) of the files it created or changed
+        in its copy of the folder (at most the upload limit; the copy is removed by cleanup())."""
+        if self.sent is None or self.folder is None:
+            return None, 0, 0, []
+        from .packing import max_bytes, pack_changes
+        return pack_changes(self.folder / "files", self.sent, max_bytes())
+
+    def signal(self, sig: int) -> bool:
+        """Send sig to the job's process group and every process below it (a Jupyter kernel makes its own)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        if not hasattr(os, "killpg"):  # Windows: no process groups; terminate() is TerminateProcess
+            with contextlib.suppress(OSError):
+                self.proc.terminate()
+            return True
+        self.pids |= _descendants(self.proc.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return True
+
+    def cleanup(self) -> None:
+        """Kill what is left of the job and remove its scratch folder (called before the actor is released)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(5)
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
