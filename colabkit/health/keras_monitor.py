@@ -4,7 +4,8 @@
 
 How the input share is measured with Keras 3's TensorFlow back end: the next batch is fetched inside the
 compiled train function, so a callback cannot see the wait. On a sample of train-function calls (every 2nd
-call for the first 12 measurements after the first two calls, then every 20th) the monitor pulls that call's
+call, every call with ``steps_per_execution`` > 1, for the first 12 measurements after the first two
+calls, then every 20th) the monitor pulls that call's
 batches (``steps_per_execution`` of them) from fit()'s own iterator in Python, timed: that is the input wait,
 including waiting for the pipeline's producer; it then hands exactly those batches to Keras' train function
 (its documented path for a Python iterator, the same train step compiled once more), timed up to the end of
@@ -86,6 +87,7 @@ class Monitor(keras.callbacks.Callback):
         per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
         end_of_data = (StopIteration, tf.errors.OutOfRangeError)
         self._calls, self._samples, self._traced = 0, 0, False
+        self._early_every = 1 if per_call > 1 else EARLY_EVERY   # enough measurements within the first 50 steps
 
         def train_function(iterator):
             self._calls += 1
@@ -120,7 +122,7 @@ class Monitor(keras.callbacks.Callback):
             return False    # the first call compiles
         if not self._traced:
             return True
-        every = EARLY_EVERY if self._samples < FIRST_SAMPLES else LATER_EVERY
+        every = self._early_every if self._samples < FIRST_SAMPLES else LATER_EVERY
         return self._calls % every == 0
 
     def _uninstall(self):

@@ -142,6 +142,13 @@ class Monitor:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
+        if self._stall is not None:
+            self._watch(time.monotonic())     # a stall that ended since the thread's last look
+        if self.sampler is not None:
+            try:
+                self._announce()   # a verdict whose evidence came in since the thread's last look
+            except Exception:  # noqa: BLE001
+                log.debug("colabkit: health verdicts failed", exc_info=True)
         self.phase = "done"
         self._heartbeat()
 
@@ -296,13 +303,11 @@ class Monitor:
         if stall is not None:
             if stalled < stall["stalled_s"]:    # progress again
                 self._stall = None
-                ended = time.time()
-                stall["resumed_after_s"] = ended - stall["at"] + stall["stalled_s"]
+                moved_at = time.time() - stalled
+                stall["resumed_after_s"] = moved_at - (stall["at"] - stall["stalled_s"])
                 self._event("resumed", f"progress again after {short_duration(stall['resumed_after_s'])}")
                 self._say(f"training moved again after {short_duration(stall['resumed_after_s'])} without progress "
                           f"({'it was a slow step, not a hang' if stall['gpu'] == 'gpu_busy' else 'the stall ended'})")
-            else:
-                stall["stalled_s"] = stalled
             return
         if self.phase == "done":
             return

@@ -366,7 +366,7 @@ def nvmlDeviceGetSamples(device, sampling_type, timeStamp):  # noqa: N803 - the 
     values = rec.get("utilization_samples") or [_field(rec, "utilization")]
     now = int(time.time() * 1e6)
     last = now - now % _SAMPLE_PERIOD_US
-    first = max(int(timeStamp) + 1, last - (_SAMPLE_BUFFER - 1) * _SAMPLE_PERIOD_US, int(_init_time * 1e6))
+    first = max(int(timeStamp) + 1, last - (_SAMPLE_BUFFER - 1) * _SAMPLE_PERIOD_US)
     stamps = list(range(last, first - 1, -_SAMPLE_PERIOD_US))[::-1]
     if not stamps:
         raise NVMLError(NVML_ERROR_NOT_FOUND)

@@ -1,0 +1,88 @@
+"""GPU figures through the NVML stand-in (real nvidia-ml-py signatures): thermal throttling gets the thermal
+verdict, utilization comes from nvmlDeviceGetSamples, and a machine without a driver reports None."""
+from __future__ import annotations
+
+import time
+
+import colabkit
+from colabkit.health import verdicts
+
+
+def _loop(mon, steps=30):
+    for _ in mon.wrap(range(steps)):
+        time.sleep(0.002)
+        mon.step()
+
+
+def _sampled(mon, at_least=3, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(len(q) >= at_least for q in mon.sampler.gpu_history.values()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_thermal_throttling_gets_the_thermal_verdict(fake_gpus, capsys):
+    fake_gpus("throttling")
+    with colabkit.monitor(sample_every="0.05s") as mon:
+        _loop(mon)
+        assert _sampled(mon)
+        time.sleep(0.3)   # the violation counters grow with time
+        report = mon.report()
+    assert report["gpu_utilization"] is not None and 97 <= report["gpu_utilization"][0] <= 100
+    throttled = report["throttled"]
+    assert set(throttled["reasons"]) == {"sw_thermal_slowdown", "hw_thermal_slowdown", "sw_power_cap"}
+    # the driver's thermal violation counter grows 0.4 s per second in this scenario
+    assert abs(throttled["per_gpu"][0]["violation"]["thermal"] - 0.4) < 0.05, throttled
+    texts = [v["text"] for v in report["verdicts"]]
+    thermal = next(t for t in texts if t.startswith("thermal throttling"))
+    assert "GPU 0 (NVIDIA GeForce RTX 3090)" in thermal
+    assert "HW thermal slowdown and SW thermal slowdown" in thermal
+    assert "40% of the time" in thermal and "slowdown temperature 90 C" in thermal and "91 C" in thermal
+    assert "airflow" in thermal and "nvidia-smi -pl" in thermal
+    assert any(t.startswith("power-limited") and "SW power cap" in t and "349 W of a 350 W limit" in t for t in texts)
+    # said once, while training ran
+    assert capsys.readouterr().out.count("colabkit: thermal throttling") == 1
+    assert "91 C (slowdown 90 C)" in report["text"]
+
+
+def test_no_throttling_no_thermal_verdict_and_cuda_visible_devices(fake_gpus, monkeypatch):
+    fake_gpus("home_rig")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with colabkit.monitor(sample_every="0.05s", verbose=0) as mon:
+        _loop(mon)
+        assert _sampled(mon)
+        report = mon.report()
+    assert [g["name"] for g in report["gpus"]] == ["NVIDIA GeForce GTX 1080 Ti"]   # the one this process sees
+    assert report["gpu_utilization"] == [0.0]
+    assert report["throttled"]["reasons"] == [] and report["throttled"]["share"] == 0.0
+    assert not any(v["kind"] == "throttle" for v in report["verdicts"])
+
+
+def test_old_driver_without_samples_falls_back_to_utilization_rates(fake_gpus):
+    data = fake_gpus("throttling")
+    data["gpus"][0]["samples"] = False
+    fake_gpus("throttling", gpus=data["gpus"])
+    with colabkit.monitor(sample_every="0.05s", verbose=0) as mon:
+        _loop(mon, 5)
+        assert _sampled(mon)
+        assert mon.sampler.gpus[0].samples_supported is False
+        assert mon.report()["gpu_utilization"] == [99.0]
+
+
+def test_without_a_driver_gpu_fields_are_none(fake_gpus):
+    fake_gpus(None)
+    with colabkit.monitor(sample_every="0.05s", verbose=0) as mon:
+        _loop(mon, 25)
+        report = mon.report()
+    assert report["gpu_utilization"] is None and report["throttled"]["share"] is None
+    assert report["gpus"] == [] and "GPU: none" in report["text"]
+    assert report["input_kind"] == "unknown" and report["input_fraction"] is not None
+
+
+def test_idle_gpu_while_cpu_saturated_is_said():
+    window = {"gpus": [{"index": 0, "name": "RTX 4090", "utilization": 12.0}], "host": {"cpu_percent": 97.0}}
+    v = verdicts.idle_gpu_verdict(window, 0.1)
+    assert v is not None and "idle much of the time (busy 12%)" in v.text and "CPU is saturated (97%)" in v.text
+    assert verdicts.idle_gpu_verdict({**window, "host": {"cpu_percent": 40.0}}, 0.1) is None

@@ -1,0 +1,97 @@
+"""The Keras monitor's input-share verdict on synthetic pipelines, within the first 50 steps (real TF/Keras).
+
+Each pipeline's cost is set far from the 5% / 20% thresholds (a 10 ms sleep per batch against a ~1 ms step, or
+a cached, prefetched input against a 1024-wide model), so the verdict does not depend on this machine's speed."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.health.conftest import tiny_model
+
+STEPS = 50
+
+
+def _arrays(n=2048):
+    rng = np.random.default_rng(0)
+    return rng.random((n, 32), dtype="float32"), rng.random((n, 1), dtype="float32")
+
+
+def _fit(keras, model, data, **fit_args):
+    import colabkit
+    monitor = colabkit.keras.Monitor(sample_every="0.2s", verbose=0)
+    model.fit(data, epochs=1, steps_per_epoch=STEPS, verbose=0, callbacks=[monitor], **fit_args)
+    return monitor.report()
+
+
+def _slow_map(tf, x, y, sleep_s=0.01):
+    def slow(a, b):
+        time.sleep(sleep_s)   # a CPU-side preprocessing step that takes far longer than the train step
+        return a, b
+
+    def load(a, b):
+        a, b = tf.numpy_function(slow, [a, b], [tf.float32, tf.float32])
+        return tf.ensure_shape(a, [None, 32]), tf.ensure_shape(b, [None, 1])
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat().map(load)
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 4])
+def test_input_bound_tf_data_gets_the_tf_data_advice(tf_keras, steps_per_execution):
+    tf, keras = tf_keras
+    x, y = _arrays()
+    report = _fit(keras, tiny_model(keras, steps_per_execution=steps_per_execution), _slow_map(tf, x, y))
+    assert report["steps"] == STEPS
+    assert report["input_kind"] == "tf.data"
+    assert report["input_samples"] >= 6
+    assert report["input_fraction"] >= 0.5, report["text"]
+    assert report["verdict"].startswith("highly input-bound"), report["verdict"]
+    assert "prefetch(tf.data.AUTOTUNE)" in report["verdict"] and "num_parallel_calls" in report["verdict"]
+    assert report["gpu_utilization"] is None          # no GPU here
+    assert 0.005 < report["step_time_s"] < 1.0
+
+
+def test_compute_bound_tf_data(tf_keras):
+    tf, keras = tf_keras
+    x, y = _arrays()
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(256).cache().repeat().prefetch(tf.data.AUTOTUNE)
+    report = _fit(keras, tiny_model(keras, width=1024), data)
+    assert report["input_kind"] == "tf.data"
+    assert report["input_fraction"] < 0.05, report["text"]
+    assert report["verdict"].startswith("compute-bound"), report["verdict"]
+    assert not any(v["kind"] == "input" for v in report["verdicts"])
+
+
+def test_python_generator_gets_the_generator_advice(tf_keras):
+    tf, keras = tf_keras
+    x, y = _arrays()
+
+    def batches():
+        while True:
+            time.sleep(0.01)
+            yield x[:32], y[:32]
+    report = _fit(keras, tiny_model(keras), batches())
+    assert report["input_kind"] == "generator"
+    assert report["input_fraction"] >= 0.5, report["text"]
+    assert report["verdict"].startswith("highly input-bound: waiting for input (a Python generator)")
+    assert "PyDataset with workers=N" in report["verdict"]
+
+
+def test_numpy_arrays_are_named_and_training_is_unchanged(tf_keras):
+    """The sampled steps train on the same batches in the same order: the weights equal an unmonitored fit's."""
+    tf, keras = tf_keras
+    x, y = _arrays(640)
+    import colabkit
+    results = []
+    for monitored in (False, True):
+        keras.utils.set_random_seed(3)
+        model = tiny_model(keras)
+        callbacks = [colabkit.keras.Monitor(verbose=0)] if monitored else []
+        model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=callbacks)
+        results.append((model.get_weights(), callbacks))
+    for plain, watched in zip(results[0][0], results[1][0]):
+        np.testing.assert_allclose(plain, watched, rtol=1e-5, atol=1e-6)
+    report = results[1][1][0].report()
+    assert report["input_kind"] == "numpy" and report["steps"] == 40
+    assert [e["epoch"] for e in report["epochs"]] == [0, 1] and "loss" in report["epochs"][0]
