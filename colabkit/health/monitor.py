@@ -86,6 +86,9 @@ class Monitor:
     def __init__(self, directory=None, *, hang_timeout="auto", hang_floor=DEFAULT_FLOOR, hang_ceiling=DEFAULT_CEILING,
                  first_step_timeout=DEFAULT_FIRST, sample_every="1s", gpus=True, verbose=1, input_kind=None,
                  history=5000):
+        queue_timeout = os.environ.get("COLABKIT_HANG_TIMEOUT")   # `colabkit run --hang-timeout DURATION`
+        if hang_timeout == "auto" and queue_timeout not in (None, "", "auto", "off"):
+            hang_timeout = queue_timeout
         self.budgets = Budgets(hang_timeout, floor=hang_floor, ceiling=hang_ceiling, first=first_step_timeout)
         self.sample_every = parse_duration(sample_every, name="sample_every")
         if self.sample_every <= 0:
