@@ -115,6 +115,7 @@ class Monitor:
         self._last_step_end = None
         self._pending_input = 0.0
         self._input_measured = False
+        self._pending_share = None
         self._last_progress = time.monotonic()
         self._phase_started = self._last_progress
         self._stall = None                      # the hang being reported, until progress resumes
@@ -193,6 +194,9 @@ class Monitor:
             if count_time:
                 self._input.append((self._pending_input, elapsed))
             self._pending_input, self._input_measured = 0.0, False
+        elif self._pending_share is not None:
+            share = self._pending_share
+        self._pending_share = None
         if count_time:
             self._step_times.append(per_batch)
             self._step_walls.append((time.time(), self.steps, per_batch, share))
@@ -202,6 +206,7 @@ class Monitor:
     def record_input(self, input_s: float, total_s: float) -> None:
         """A measured split of one step (the Keras callback's sampled steps): ``input_s`` of ``total_s``."""
         self._input.append((max(0.0, input_s), max(total_s, 1e-9)))
+        self._pending_share = min(1.0, max(0.0, input_s) / max(total_s, 1e-9))   # for the next step()'s record
 
     def wrap(self, iterable):
         """Iterate ``iterable``, timing each ``next()`` as input wait. Sets the input kind for the advice."""
@@ -271,7 +276,7 @@ class Monitor:
     def log_epoch(self, epoch: int, logs: dict | None) -> None:
         """Epoch-level values (loss, val_loss, ...) for the plots and report()."""
         values = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
-        self.epochs.append((int(epoch), values))
+        self.epochs.append((int(epoch), dict(values, step=self.steps)))
 
     # -- the thread -----------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -441,6 +446,7 @@ class Monitor:
             "hang_budget_s": self.budget()[0] if self.phase != "done" else None,
             "hangs": [dict(h) for h in self.hangs],
             "epochs": [dict(values, epoch=e) for e, values in self.epochs],
+            "updated": time.time(),
         }
         data["text"] = _text(data)
         return data
