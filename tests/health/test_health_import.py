@@ -1,0 +1,35 @@
+"""The monitor costs nothing until used: importing it (and a host-only monitor) loads no framework, NVML or
+matplotlib; the public names resolve through colabkit's lazy facade."""
+from __future__ import annotations
+
+import colabkit
+from tests.test_lazy_import import probe
+
+
+def test_importing_and_running_a_host_only_monitor_loads_nothing_heavy():
+    result = probe("import colabkit, colabkit.health\nimport sys\n"
+                   "m = colabkit.monitor(gpus=False, verbose=0)\n"
+                   "for _ in m.wrap(range(30)):\n    m.step()\nm.stop()\nm.report()\n"
+                   "assert 'matplotlib' not in sys.modules, 'matplotlib'")
+    assert result["forbidden"] == []
+    assert "colabkit.health.keras_monitor" not in result["colabkit_modules"]
+
+
+def test_public_names():
+    import colabkit.health
+    import colabkit.health.monitor  # noqa: F401 - the submodule must not replace the function
+    assert callable(colabkit.monitor) and colabkit.monitor is colabkit.health.monitor
+    assert colabkit.health.Monitor.__name__ == "Monitor"
+    assert colabkit.keras.Monitor.__module__ == "colabkit.health.keras_monitor"
+
+
+def test_bad_options_name_the_value(tmp_path):
+    import pytest
+    with pytest.raises(ValueError, match=r"hang_timeout='soon': expected 'auto', 'off'"):
+        colabkit.health.Monitor(hang_timeout="soon")
+    with pytest.raises(ValueError, match="hang_floor .* is above hang_ceiling"):
+        colabkit.health.Monitor(hang_floor="2h", hang_ceiling="1h")
+    with pytest.raises(ValueError, match="phase 'eval'"):
+        colabkit.health.Monitor(gpus=False).enter_phase("eval")
+    with pytest.raises(TypeError, match="AutoResume\\(monitor='yes'\\)"):
+        colabkit.keras.AutoResume(tmp_path / "ck", monitor="yes")
