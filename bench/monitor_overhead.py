@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO))
 
 
 def keras_case(width: int, batch: int, steps: int, rounds: int) -> dict:
-    import numpy as np
     import keras
+    import numpy as np
     import tensorflow as tf
 
     import colabkit

@@ -533,9 +533,8 @@ class _Runner:
             state.hung = why
             self.say(f"[{self._stamp()}] hung    {state.job.name}: {why}; stopping it (SIGTERM, SIGKILL in "
                      f"{HANG_KILL_GRACE:g}s)")
-            with contextlib.suppress(OSError):
-                with open(state.log, "a", encoding="utf-8") as log:
-                    log.write(f"\n=== colabkit run: hung: {why}; stopping it\n")
+            with contextlib.suppress(OSError), open(state.log, "a", encoding="utf-8") as log:
+                log.write(f"\n=== colabkit run: hung: {why}; stopping it\n")
             self._signal_job(state, signal.SIGTERM)
             state.kill_at = time.monotonic() + HANG_KILL_GRACE
 

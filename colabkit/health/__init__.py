@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .monitor import Monitor, current
 
-__all__ = ["Monitor", "monitor", "current"]
+__all__ = ["Monitor", "current", "monitor"]
 
 
 def monitor(directory=None, **options) -> Monitor:

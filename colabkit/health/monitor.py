@@ -31,8 +31,16 @@ from pathlib import Path
 
 from ..units import parse_duration
 from . import verdicts as _verdicts
-from .watchdog import (DEFAULT_CEILING, DEFAULT_FIRST, DEFAULT_FLOOR, Budgets, classify_stall, dump_stacks,
-                       short_duration, write_heartbeat)
+from .watchdog import (
+    DEFAULT_CEILING,
+    DEFAULT_FIRST,
+    DEFAULT_FLOOR,
+    Budgets,
+    classify_stall,
+    dump_stacks,
+    short_duration,
+    write_heartbeat,
+)
 
 log = logging.getLogger("colabkit")
 
@@ -125,7 +133,7 @@ class Monitor:
         self._started_at = None
 
     # -- life cycle -----------------------------------------------------------------------------------
-    def start(self) -> "Monitor":
+    def start(self) -> Monitor:
         """Start the sampling/watchdog thread (idempotent). step() and wrap() start it too."""
         if self._thread is not None and self._thread.is_alive():
             return self
@@ -151,7 +159,7 @@ class Monitor:
         if self.sampler is not None:
             try:
                 self._announce()   # a verdict whose evidence came in since the thread's last look
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.debug("colabkit: health verdicts failed", exc_info=True)
         self.phase = "done"
         self._heartbeat()
@@ -284,14 +292,14 @@ class Monitor:
         tick = min(0.25, self.sample_every)
         while not self._stop.is_set():
             now = time.monotonic()
-            for due, task in ((now >= next_sample, self.sampler.sample), (True, lambda: self._watch(now)),
+            for due, task in ((now >= next_sample, self.sampler.sample), (True, lambda now=now: self._watch(now)),
                               (now >= next_verdict, self._announce),
                               (now >= next_beat and self.heartbeat_path is not None, self._heartbeat)):
                 if not due:
                     continue
                 try:
                     task()
-                except Exception:  # noqa: BLE001 - the monitor must never take training down
+                except Exception:
                     log.debug("colabkit: health monitor task failed", exc_info=True)
             if now >= next_sample:
                 next_sample = now + self.sample_every
@@ -471,8 +479,8 @@ def _gib(value) -> str:
 def _text(r: dict) -> str:
     st = r["step_time_s"]
     share = r["input_fraction"]
-    lines = [f"colabkit health · {r['steps']} steps · step {short_duration(st) if st else 'n/a'}"
-             f" · input {'not measured' if share is None else f'{share:.0%}'} ({r['input_kind']})"]
+    lines = [(f"colabkit health · {r['steps']} steps · step {short_duration(st) if st else 'n/a'}"
+              f" · input {'not measured' if share is None else f'{share:.0%}'} ({r['input_kind']})")]
     for g in r["gpus"]:
         parts = [f"GPU {g['index']} ({g['name']}):",
                  "n/a busy" if g["utilization"] is None else f"{g['utilization']:.0f}% busy",

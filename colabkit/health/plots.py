@@ -159,7 +159,7 @@ class MonitorPanel:
             time.sleep(self.refresh)
             try:
                 self.update()
-            except Exception:  # noqa: BLE001 - a plot must never break anything
+            except Exception:
                 log.debug("colabkit: health plot update failed", exc_info=True)
 
 

@@ -199,7 +199,7 @@ class Sampler:
         for g in self._gpus:
             try:
                 gpu_samples.append(g.sample())
-            except Exception:  # noqa: BLE001 - a GPU falling off the bus must not stop sampling the others
+            except Exception:
                 log.debug("colabkit: GPU %s sample failed", g.index, exc_info=True)
         host = None
         if self._psutil is not None:

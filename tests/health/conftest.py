@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from tests.devices.conftest import fake_gpus  # noqa: F401 - the NVML stand-in fixture, shared
+from tests.devices.conftest import fake_gpus, run_cli  # noqa: F401 - shared fixtures: NVML stand-in, CLI
+from tests.keepalive.conftest import chromium, start_server  # noqa: F401 - headless Chromium, Jupyter server
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.keepalive.conftest import chromium, start_server  # noqa: F401 - fixtures
 from tests.keepalive.test_browser_panel import APP_READY, notebook
 from tests.waiting import wait_for
 
@@ -42,7 +41,7 @@ print("fit", "done")
 """
 
 
-def test_live_plots_update_while_a_cell_trains(chromium, start_server, tmp_path):  # noqa: F811
+def test_live_plots_update_while_a_cell_trains(chromium, start_server, tmp_path):
     pytest.importorskip("matplotlib")
     pytest.importorskip("tensorflow")
     # GPU figures from the NVML stand-in (a throttling RTX 3090), so the GPU plot and verdict have data here

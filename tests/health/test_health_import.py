@@ -17,7 +17,7 @@ def test_importing_and_running_a_host_only_monitor_loads_nothing_heavy():
 
 def test_public_names():
     import colabkit.health
-    import colabkit.health.monitor  # noqa: F401 - the submodule must not replace the function
+    import colabkit.health.monitor
     assert callable(colabkit.monitor) and colabkit.monitor is colabkit.health.monitor
     assert colabkit.health.Monitor.__name__ == "Monitor"
     assert colabkit.keras.Monitor.__module__ == "colabkit.health.keras_monitor"

@@ -64,7 +64,7 @@ def test_compute_bound_tf_data(tf_keras):
 
 
 def test_python_generator_gets_the_generator_advice(tf_keras):
-    tf, keras = tf_keras
+    keras = tf_keras[1]
     x, y = _arrays()
 
     def batches():
@@ -80,7 +80,7 @@ def test_python_generator_gets_the_generator_advice(tf_keras):
 
 def test_numpy_arrays_are_named_and_training_is_unchanged(tf_keras):
     """The sampled steps train on the same batches in the same order: the weights equal an unmonitored fit's."""
-    tf, keras = tf_keras
+    keras = tf_keras[1]
     x, y = _arrays(640)
     import colabkit
     results = []

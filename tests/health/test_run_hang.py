@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import textwrap
 
-from tests.devices.conftest import run_cli  # noqa: F401 - fixture
-
 TRAINER = textwrap.dedent('''
     import json, os, time
     import colabkit
