@@ -33,3 +33,28 @@ def test_bad_options_name_the_value(tmp_path):
         colabkit.health.Monitor(gpus=False).enter_phase("eval")
     with pytest.raises(TypeError, match="AutoResume\\(monitor='yes'\\)"):
         colabkit.keras.AutoResume(tmp_path / "ck", monitor="yes")
+
+
+def test_monitor_magic_and_status_row_in_a_terminal_shell(capsys):
+    """`%monitor` outside a kernel prints the compact text; `%colabkit --text` gains a training-health row."""
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    try:
+        assert shell.run_cell("%load_ext colabkit").success
+        assert shell.run_cell("%monitor").success
+        import sys
+        if sys.modules["colabkit.health.monitor"].current() is None:
+            assert "no monitor has run in this process yet" in capsys.readouterr().out
+        mon = colabkit.monitor(gpus=False, verbose=0)
+        for _ in mon.wrap(range(25)):
+            mon.step()
+        capsys.readouterr()
+        assert shell.run_cell("%monitor").success
+        out = capsys.readouterr().out
+        assert out.startswith("colabkit health · 25 steps") and "verdict: compute-bound" in out
+        assert shell.run_cell("%colabkit --text").success
+        assert "training health" in capsys.readouterr().out
+        mon.stop()
+    finally:
+        shell.run_cell("%unload_ext colabkit")
+        InteractiveShell.clear_instance()
