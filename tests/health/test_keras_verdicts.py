@@ -95,3 +95,43 @@ def test_numpy_arrays_are_named_and_training_is_unchanged(tf_keras):
     report = results[1][1][0].report()
     assert report["input_kind"] == "numpy" and report["steps"] == 40
     assert [e["epoch"] for e in report["epochs"]] == [0, 1] and "loss" in report["epochs"][0]
+
+
+MIRRORED = """
+import os, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import numpy as np, keras, colabkit
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+rng = np.random.default_rng(0)
+x, y = rng.random((2048, 32), dtype="float32"), rng.random((2048, 1), dtype="float32")
+def slow(a, b):
+    time.sleep(0.01)
+    return a, b
+def load(a, b):
+    a, b = tf.numpy_function(slow, [a, b], [tf.float32, tf.float32])
+    return tf.ensure_shape(a, [None, 32]), tf.ensure_shape(b, [None, 1])
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat().map(load)
+with strategy.scope():
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+monitor = colabkit.keras.Monitor(verbose=0)
+model.fit(ds, epochs=1, steps_per_epoch=50, verbose=0, callbacks=[monitor])
+r = monitor.report()
+print("REPORT", strategy.num_replicas_in_sync, r["input_samples"], round(r["input_fraction"], 3), r["verdict"])
+"""
+
+
+@pytest.mark.slow
+def test_mirrored_strategy_on_two_cpu_devices(tf_keras):
+    """A distributed iterator (two replicas): the sampled steps draw per-replica batches the same way."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", MIRRORED], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("REPORT"))
+    _, replicas, samples, share, verdict = line.split(" ", 4)
+    assert replicas == "2" and int(samples) >= 6 and float(share) >= 0.5, line
+    assert verdict.startswith("highly input-bound"), line
