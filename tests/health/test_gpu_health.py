@@ -86,3 +86,14 @@ def test_idle_gpu_while_cpu_saturated_is_said():
     v = verdicts.idle_gpu_verdict(window, 0.1)
     assert v is not None and "idle much of the time (busy 12%)" in v.text and "CPU is saturated (97%)" in v.text
     assert verdicts.idle_gpu_verdict({**window, "host": {"cpu_percent": 40.0}}, 0.1) is None
+
+
+def test_nvidia_smi_standin_reports_power_and_clock_event_reasons(fake_gpus):
+    import subprocess
+    fake_gpus("throttling")
+    fields = ("power.draw,power.limit,clocks_event_reasons.active,clocks_throttle_reasons.sw_thermal_slowdown,"
+              "clocks_event_reasons.hw_power_brake_slowdown")
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "349.20, 350.00, 0x0000000000000064, Active, Not Active"
