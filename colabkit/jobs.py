@@ -539,41 +539,13 @@ class _Runner:
             state.kill_at = time.monotonic() + HANG_KILL_GRACE
 
     def _hung_because(self, state: JobState, now: float) -> str | None:
-        """Why ``state``'s job counts as hung now, or None."""
+        """Why ``state``'s job counts as hung now, or None (the heartbeat protocol: health/watchdog.py)."""
         if self.hang_timeout is None or state.started is None:
             return None
-        from .health.watchdog import read_heartbeat, short_duration
-        beat = read_heartbeat(self.run_dir / f"{state.job.name}.health.json")
-        if beat is not None and (beat.get("attempt") != str(state.attempts) or beat.get("updated", 0) < state.started):
-            beat = None    # an earlier attempt's
-        if beat is not None and beat.get("phase") == "done":
-            return None
-        if self.hang_timeout == "auto":
-            if beat is None:
-                return None
-            if beat.get("hung"):
-                hang = beat.get("hang") or {}
-                dump = hang.get("dump")
-                return (f"its monitor reports a hang: {hang.get('text') or 'no progress past its budget'}"
-                        + ("" if not dump or dump in (hang.get("text") or "") else f"; stacks in {_rel(Path(dump))}"))
-            stale = beat.get("stale_after_s")
-            if stale and now - beat.get("updated", now) > stale:
-                return (f"its monitor's heartbeat stopped {short_duration(now - beat['updated'])} ago (the process "
-                        f"may be frozen)")
-            return None
-        if beat is not None:
-            quiet = now - beat.get("last_progress", beat.get("updated", now))
-            if quiet > self.hang_timeout:
-                return f"no training step for {short_duration(quiet)} (--hang-timeout {short_duration(self.hang_timeout)})"
-            return None
-        try:
-            last = max(state.log.stat().st_mtime, state.started)
-        except OSError:
-            last = state.started
-        if now - last > self.hang_timeout:
-            return (f"no output for {short_duration(now - last)} and no training monitor "
-                    f"(--hang-timeout {short_duration(self.hang_timeout)})")
-        return None
+        from .health.watchdog import job_hang_reason
+        return job_hang_reason(self.run_dir / f"{state.job.name}.health.json", attempt=state.attempts,
+                               started=state.started, log=state.log, timeout=self.hang_timeout, now=now,
+                               show_path=_rel)
 
     def _on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name

@@ -143,3 +143,44 @@ def read_heartbeat(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def job_hang_reason(heartbeat: Path, *, attempt: int, started: float, log: Path, timeout, now: float,
+                    show_path=str) -> str | None:
+    """For `colabkit run`: why a job counts as hung now, or None.
+
+    timeout "auto": its monitor's heartbeat says hung, or stopped coming (``stale_after_s``); a job without a
+    monitor never counts as hung. A number of seconds: that long since the monitor's last progress, or, without
+    a monitor, since the job's log last grew."""
+    beat = read_heartbeat(heartbeat)
+    if beat is not None and (beat.get("attempt") != str(attempt) or beat.get("updated", 0) < started):
+        beat = None    # an earlier attempt's
+    if beat is not None and beat.get("phase") == "done":
+        return None
+    if timeout == "auto":
+        if beat is None:
+            return None
+        if beat.get("hung"):
+            hang = beat.get("hang") or {}
+            dump = hang.get("dump")
+            text = hang.get("text") or "no progress past its budget"
+            return f"its monitor reports a hang: {text}" + (
+                "" if not dump or dump in text else f"; stacks in {show_path(Path(dump))}")
+        stale = beat.get("stale_after_s")
+        if stale and now - beat.get("updated", now) > stale:
+            return (f"its monitor's heartbeat stopped {short_duration(now - beat['updated'])} ago (the process may "
+                    f"be frozen)")
+        return None
+    if beat is not None:
+        quiet = now - beat.get("last_progress", beat.get("updated", now))
+        if quiet > timeout:
+            return f"no training step for {short_duration(quiet)} (--hang-timeout {short_duration(timeout)})"
+        return None
+    try:
+        last = max(log.stat().st_mtime, started)
+    except OSError:
+        last = started
+    if now - last > timeout:
+        return (f"no output for {short_duration(now - last)} and no training monitor "
+                f"(--hang-timeout {short_duration(timeout)})")
+    return None
