@@ -1,6 +1,6 @@
 """Real frontend, real browser: Notebook 7 started here, headless Chromium, a cell that trains a Keras model.
 
-`%monitor --refresh 1s` shows the live plots; while the training cell keeps the kernel busy the plot image is
+`%monitor --refresh 1s` shows the live plots (and `%colabkit`'s status panel gains them); while the training cell keeps the kernel busy the plot image is
 redrawn and the step count grows; the verdict names the Python generator; the console shows no errors.
 Saves a screenshot (to notebooks/health_plots.png when COLABKIT_UPDATE_SCREENSHOTS=1, for the README)."""
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_live_plots_update_while_a_cell_trains(chromium, start_server, tmp_path)
         "EPOCHS": "12", "COLABKIT_TEST_GPUS": str(standins / "scenarios" / "throttling.json"),
         "PYTHONPATH": os.pathsep.join([str(standins), str(REPO), os.environ.get("PYTHONPATH", "")])})
     (server.root / "health.ipynb").write_text(json.dumps(notebook(["%load_ext colabkit", "%monitor --refresh 1s",
-                                                                    TRAIN])))
+                                                                    "%colabkit", TRAIN])))
     context = chromium.new_context(viewport={"width": 960, "height": 1500})
     page = context.new_page()
     console = []
@@ -61,7 +61,7 @@ def test_live_plots_update_while_a_cell_trains(chromium, start_server, tmp_path)
         page.wait_for_function(APP_READY, timeout=60_000)
         at_load = len(console)
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-        panel = page.locator(".colabkit-health")
+        panel = page.locator(".jp-Cell").nth(1).locator(".colabkit-health")
         assert wait_for(lambda: panel.is_visible(), 60), "the health panel did not render"
         image = panel.locator("img.colabkit-health-plot")
         steps = panel.locator(".colabkit-health-steps")
@@ -75,7 +75,11 @@ def test_live_plots_update_while_a_cell_trains(chromium, start_server, tmp_path)
             seen_steps.add(int(steps.get_attribute("data-steps")))
             time.sleep(0.3)
         assert len(seen_src) >= 3 and len(seen_steps) >= 3, (len(seen_src), sorted(seen_steps))
-        train_cell = page.locator(".jp-Cell").nth(2)
+        train_cell = page.locator(".jp-Cell").nth(3)
+        # the %colabkit status panel shows the same plots and a training-health row once the monitor runs
+        status = page.locator(".colabkit-status")
+        assert wait_for(lambda: status.locator("img.colabkit-health-plot").is_visible(), 20)
+        assert "input-bound" in status.locator("[data-row=health] td.v").inner_text()
         text = train_cell.inner_text()
         assert text.startswith("[*]") and "fit done" not in text, f"training ended too early: {text[-2000:]}"
         assert image.evaluate("e => e.naturalWidth") > 300
