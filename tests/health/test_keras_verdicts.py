@@ -135,3 +135,34 @@ def test_mirrored_strategy_on_two_cpu_devices(tf_keras):
     _, replicas, samples, share, verdict = line.split(" ", 4)
     assert replicas == "2" and int(samples) >= 6 and float(share) >= 0.5, line
     assert verdict.startswith("highly input-bound"), line
+
+
+TORCH_BACKEND = """
+import os, time
+os.environ["KERAS_BACKEND"] = "torch"
+import numpy as np, keras, colabkit
+rng = np.random.default_rng(0)
+x, y = rng.random((256, 32), dtype="float32"), rng.random((256, 1), dtype="float32")
+def batches():
+    while True:
+        time.sleep(0.01)
+        yield x[:32], y[:32]
+model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+monitor = colabkit.keras.Monitor(verbose=0)
+model.fit(batches(), epochs=1, steps_per_epoch=50, verbose=0, callbacks=[monitor])
+r = monitor.report()
+print("REPORT", keras.backend.backend(), r["input_kind"], r["input_samples"], round(r["input_fraction"], 3))
+"""
+
+
+def test_torch_backend_times_the_fetch_between_batches():
+    """With Keras' torch back end the batch is fetched in Python before on_train_batch_begin."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", TORCH_BACKEND], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("REPORT"))
+    _, backend, kind, samples, share = line.split()
+    assert (backend, kind) == ("torch", "generator") and int(samples) >= 20 and float(share) >= 0.5, line
