@@ -217,7 +217,9 @@ class Monitor:
         self._pending_share = min(1.0, max(0.0, input_s) / max(total_s, 1e-9))   # for the next step()'s record
 
     def wrap(self, iterable):
-        """Iterate ``iterable``, timing each ``next()`` as input wait. Sets the input kind for the advice."""
+        """Iterate ``iterable``, timing each ``next()`` as input wait. Sets the input kind for the advice.
+        When it is exhausted the monitor counts what follows as an epoch's end (a budget of its own) until
+        the next ``step()``; call ``stop()`` (or use ``with``) when training is over."""
         if self.input_kind == "unknown":
             self.input_kind = input_kind_of(iterable)
         if self._thread is None:
@@ -229,6 +231,8 @@ class Monitor:
             try:
                 item = next(iterator)
             except StopIteration:
+                if self.phase == "step":
+                    self.enter_phase("epoch_end")   # what follows an epoch has its own (first: generous) budget
                 return
             self._pending_input += clock() - t0
             self._input_measured = True
