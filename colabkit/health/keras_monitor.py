@@ -24,6 +24,7 @@ bench/monitor_overhead.py for the measured cost.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 from ..optional import require
@@ -71,12 +72,15 @@ class Monitor(keras.callbacks.Callback):
         self.health.phase, self.health._last_step_end = "first", None
         self.health.start()
         self.health._phase_started = self.health._last_progress = time.monotonic()
+        # Keras calls no callback when fit() is left by an exception (the stop button, an error in a
+        # callback): the watchdog checks this frame is still running before it reports a hang
+        self.health.owner = (threading.get_ident(), _fit_frame(sys._getframe(1), self.model))
 
     def _install_train_function(self, model):
         """Wrap fit()'s train function to split sampled steps into input wait and compute (TensorFlow back
         end). Called by AutoResume before it wraps the function itself, so that this wrapper is the innermost."""
-        if self._installed is not None and self._installed[0] is model:
-            return
+        if self._installed is not None and self._installed[0] is model and self._in_place(model):
+            return   # already installed for this fit() (AutoResume does it first, then on_train_begin asks)
         if not self.measure_input or keras.backend.backend() != "tensorflow" or model.train_function is None:
             return
         tf = sys.modules.get("tensorflow")
@@ -119,6 +123,17 @@ class Monitor(keras.callbacks.Callback):
         train_function._colabkit_monitor, train_function._colabkit_inner = self, inner
         model.train_function = train_function
         self._installed = (model, inner, train_function)
+
+    def _in_place(self, model) -> bool:
+        """Our wrapper is the train function, or under AutoResume's wrappers (their _colabkit_original chain)."""
+        fn, ours = model.train_function, self._installed[2]
+        for _ in range(8):
+            if fn is None:
+                return False
+            if fn is ours:
+                return True
+            fn = getattr(fn, "_colabkit_original", None)
+        return False
 
     def _sample_now(self) -> bool:
         if self._calls < 2:
@@ -205,6 +220,16 @@ def _fetch_cost(tf, batch) -> float:
         return sorted(times)[len(times) // 2]
     except Exception:  # noqa: BLE001 - per-replica batches and the like: no correction
         return 0.0
+
+
+def _fit_frame(frame, model):
+    for _ in range(12):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def _wait_for(outputs):

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import statistics
+import sys
 import threading
 import time
 import weakref
@@ -131,6 +132,7 @@ class Monitor:
         self._thread = None
         self._stop = threading.Event()
         self._started_at = None
+        self.owner = None                       # (thread id, frame): the fit() this monitor watches, if known
 
     # -- life cycle -----------------------------------------------------------------------------------
     def start(self) -> Monitor:
@@ -334,7 +336,22 @@ class Monitor:
         budget, how = self.budget()
         if budget is None or stalled <= budget:
             return
+        if not self._owner_running():
+            self.phase = "done"         # its fit() ended by an exception: nothing is hung, nothing to watch
+            self._stop.set()
+            return
         self._report_hang(stalled, budget, how)
+
+    def _owner_running(self) -> bool:
+        if self.owner is None or self.owner[1] is None:
+            return True
+        thread_id, frame = self.owner
+        current = sys._current_frames().get(thread_id)
+        while current is not None:
+            if current is frame:
+                return True
+            current = current.f_back
+        return False
 
     def _report_hang(self, stalled: float, budget: float, how: str) -> None:
         wall = time.time()

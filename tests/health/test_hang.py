@@ -106,3 +106,24 @@ def test_learned_budgets_per_phase():
     assert b.budget("step", seen) == (100, "10x the median step (1m 00s), ceiling 1m 40s")
     assert Budgets("off").budget("step", seen) == (None, "off")
     assert Budgets("30s").budget("step", seen)[0] == 30.0
+
+
+def test_a_fit_left_by_an_exception_is_not_a_hang(tf_keras, tmp_path, capsys):
+    """Keras calls no callback when fit() raises: the watchdog sees fit() is gone and stands down."""
+    keras = tf_keras[1]
+    import colabkit
+    x, y = _data()
+
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 25:
+                raise RuntimeError("boom")
+    monitor = colabkit.keras.Monitor(tmp_path / "run", hang_floor="1s", sample_every="0.2s")
+    try:
+        tiny_model(keras).fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor, Boom()])
+    except RuntimeError:
+        pass
+    time.sleep(3)         # three times the budget (the floor: steps take milliseconds)
+    assert monitor.report()["hangs"] == [] and "HANG?" not in capsys.readouterr().out
+    assert monitor.health.phase == "done" and not monitor.health.running
+    assert not (tmp_path / "run").exists()

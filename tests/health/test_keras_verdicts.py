@@ -166,3 +166,24 @@ def test_torch_backend_times_the_fetch_between_batches():
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("REPORT"))
     _, backend, kind, samples, share = line.split()
     assert (backend, kind) == ("torch", "generator") and int(samples) >= 20 and float(share) >= 0.5, line
+
+
+def test_a_fit_left_by_an_exception_and_a_recompile_still_measure(tf_keras):
+    tf, keras = tf_keras
+    import colabkit
+    x, y = _arrays(640)
+    model = tiny_model(keras)
+    monitor = colabkit.keras.Monitor(verbose=0)
+
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 5:
+                raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor, Boom()])
+    model.compile("adam", "mse")     # a new train function
+    monitor = colabkit.keras.Monitor(verbose=0)
+    model.fit(_slow_map(tf, x, y), epochs=1, steps_per_epoch=30, verbose=0, callbacks=[monitor])
+    report = monitor.report()
+    assert report["input_samples"] >= 6 and report["input_fraction"] >= 0.5, report["text"]
+    assert getattr(model.train_function, "_colabkit_monitor", None) is None   # put back after fit()
