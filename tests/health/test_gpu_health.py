@@ -94,6 +94,6 @@ def test_nvidia_smi_standin_reports_power_and_clock_event_reasons(fake_gpus):
     fields = ("power.draw,power.limit,clocks_event_reasons.active,clocks_throttle_reasons.sw_thermal_slowdown,"
               "clocks_event_reasons.hw_power_brake_slowdown")
     out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "349.20, 350.00, 0x0000000000000064, Active, Not Active"
