@@ -2,6 +2,8 @@
 matplotlib; the public names resolve through colabkit's lazy facade."""
 from __future__ import annotations
 
+import time
+
 import colabkit
 from tests.test_lazy_import import probe
 
@@ -47,6 +49,7 @@ def test_monitor_magic_and_status_row_in_a_terminal_shell(capsys):
             assert "no monitor has run in this process yet" in capsys.readouterr().out
         mon = colabkit.monitor(gpus=False, verbose=0)
         for _ in mon.wrap(range(25)):
+            time.sleep(0.002)      # a step ~1000x the cost of next() on a range: compute-bound on any machine
             mon.step()
         capsys.readouterr()
         assert shell.run_cell("%monitor").success
