@@ -800,7 +800,7 @@ class AutoResume(keras.callbacks.Callback):
             return self._save_now(position, reason=reason, wait=wait, event=event)
         finally:
             for health in monitors:
-                if health.phase == "checkpoint":
+                if health.current_phase == "checkpoint":
                     health._leave_phase("epoch_end" if position[1] == 0 else "step")
 
     def _save_now(self, position, *, reason: str, wait=False, event: str = "save") -> bool:

@@ -69,7 +69,7 @@ class Monitor(keras.callbacks.Callback):
         self.health.input_kind = _input_kind(sys._getframe(1)) or self.health.input_kind
         self._install_train_function(self.model)
         self._last_batch, self._last_end, self._discard = -1, None, False
-        self.health.phase, self.health._last_step_end = "first", None
+        self.health.current_phase, self.health._last_step_end = "first", None
         self.health.start()
         self.health._phase_started = self.health._last_progress = time.monotonic()
         # Keras calls no callback when fit() is left by an exception (the stop button, an error in a
@@ -155,7 +155,7 @@ class Monitor(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         h = self.health
-        if h.phase == "epoch_end":
+        if h.current_phase == "epoch_end":
             h._leave_phase("step")
         if self._last_end is not None and keras.backend.backend() != "tensorflow":
             self._pending_begin = time.perf_counter()
@@ -192,12 +192,12 @@ class Monitor(keras.callbacks.Callback):
         self.health.progress()
 
     def on_test_end(self, logs=None):
-        if self.health.running and self.health.phase == "validation":
+        if self.health.running and self.health.current_phase == "validation":
             self.health.enter_phase("epoch_end")   # on_epoch_end callbacks (savers) run next
 
     def on_epoch_end(self, epoch, logs=None):
         self.health.log_epoch(epoch, logs)
-        if self.health.phase not in ("epoch_end", "first"):
+        if self.health.current_phase not in ("epoch_end", "first"):
             self.health.enter_phase("epoch_end")
 
     def on_train_end(self, logs=None):

@@ -110,7 +110,7 @@ class Monitor:
         self.verbose, self.input_kind, self._gpus_wanted = verbose, input_kind or "unknown", gpus
         self.sampler = None
         self.steps = 0
-        self.phase = "first"
+        self.current_phase = "first"           # "first", "step", "validation", "checkpoint", "epoch_end", "done"
         self.events: list = []                  # (wall time, kind, detail) for the panel
         self.hangs: list = []
         self.epochs: list = []                  # (epoch, {loss, val_loss, ...}) from log_epoch()
@@ -163,7 +163,7 @@ class Monitor:
                 self._announce()   # a verdict whose evidence came in since the thread's last look
             except Exception:
                 log.debug("colabkit: health verdicts failed", exc_info=True)
-        self.phase = "done"
+        self.current_phase = "done"
         self._heartbeat()
 
     def __enter__(self):
@@ -188,7 +188,7 @@ class Monitor:
         last, self._last_step_end = self._last_step_end, now
         self._last_progress = time.monotonic()
         self.steps += n
-        if self.phase != "step" or last is None:
+        if self.current_phase != "step" or last is None:
             # the first step (compilation) or one that ends a phase nobody left: not a normal step's time
             self._leave_phase("step")
             self._last_step_end = now
@@ -233,7 +233,7 @@ class Monitor:
             try:
                 item = next(iterator)
             except StopIteration:
-                if self.phase == "step":
+                if self.current_phase == "step":
                     self.enter_phase("epoch_end")   # what follows an epoch has its own (first: generous) budget
                 return
             self._pending_input += clock() - t0
@@ -258,28 +258,28 @@ class Monitor:
         try:
             yield
         finally:
-            self._leave_phase("step" if self.phase == name else self.phase)
+            self._leave_phase("step" if self.current_phase == name else self.current_phase)
 
     def enter_phase(self, name: str) -> None:
         if name not in self._durations or name == "step":
             raise ValueError(f"phase {name!r}: expected one of 'validation', 'checkpoint', 'epoch_end'.")
         if self._thread is None:
             self.start()
-        if self.phase == name:
+        if self.current_phase == name:
             return
-        if self.phase not in ("step", "first", "done"):
+        if self.current_phase not in ("step", "first", "done"):
             self._leave_phase(name)
-        self.phase, self._phase_started = name, time.monotonic()
+        self.current_phase, self._phase_started = name, time.monotonic()
         self._last_progress = self._phase_started
 
     def _leave_phase(self, next_phase: str) -> None:
         now = time.monotonic()
-        old = self.phase
+        old = self.current_phase
         if old in self._durations and old != "step":
             self._durations[old].append(now - self._phase_started)
         elif old == "first":
             self._durations.setdefault("first", collections.deque(maxlen=5)).append(now - self._phase_started)
-        self.phase, self._phase_started, self._last_progress = next_phase, now, now
+        self.current_phase, self._phase_started, self._last_progress = next_phase, now, now
         if old not in ("step", "first") and self._last_step_end is not None:
             self._last_step_end = time.perf_counter()   # the phase's time is not the next step's
 
@@ -317,7 +317,7 @@ class Monitor:
 
     def budget(self) -> tuple:
         """(seconds or None, how) for the phase now running."""
-        return self.budgets.budget(self.phase, self._durations)
+        return self.budgets.budget(self.current_phase, self._durations)
 
     def _watch(self, now: float) -> None:
         stalled = now - self._last_progress
@@ -331,13 +331,13 @@ class Monitor:
                 self._say(f"training moved again after {short_duration(stall['resumed_after_s'])} without progress "
                           f"({'it was a slow step, not a hang' if stall['gpu'] == 'gpu_busy' else 'the stall ended'})")
             return
-        if self.phase == "done":
+        if self.current_phase == "done":
             return
         budget, how = self.budget()
         if budget is None or stalled <= budget:
             return
         if not self._owner_running():
-            self.phase = "done"         # its fit() ended by an exception: nothing is hung, nothing to watch
+            self.current_phase = "done"         # its fit() ended by an exception: nothing is hung, nothing to watch
             self._stop.set()
             return
         self._report_hang(stalled, budget, how)
@@ -358,7 +358,7 @@ class Monitor:
         window = self.sampler.window(since=wall - stalled) if self.sampler else {"gpus": []}
         gpu, gpu_text = classify_stall(window)
         what = {"first": "the first step (compilation)", "step": "a training step", "validation": "validation",
-                "checkpoint": "a checkpoint save", "epoch_end": "the end of an epoch"}.get(self.phase, self.phase)
+                "checkpoint": "a checkpoint save", "epoch_end": "the end of an epoch"}.get(self.current_phase, self.current_phase)
         headline = (f"no progress for {short_duration(stalled)} in {what} (after step {self.steps}; budget "
                     f"{short_duration(budget)}: {how}): {gpu_text}")
         dump = None
@@ -367,7 +367,7 @@ class Monitor:
                                                f"pid {os.getpid()}\n{headline}")
         except OSError as exc:
             log.warning("colabkit: could not write the stack dump: %s", exc)
-        hang = {"at": wall, "phase": self.phase, "step": self.steps, "stalled_s": stalled, "budget_s": budget,
+        hang = {"at": wall, "phase": self.current_phase, "step": self.steps, "stalled_s": stalled, "budget_s": budget,
                 "budget_how": how, "gpu": gpu, "gpu_text": gpu_text, "dump": None if dump is None else str(dump),
                 "gpu_utilization": [g.get("utilization") for g in window.get("gpus", [])] or None,
                 "text": headline + (f"; stacks of every thread in {dump}" if dump else "")}
@@ -382,9 +382,9 @@ class Monitor:
     def _heartbeat(self) -> None:
         if self.heartbeat_path is None:
             return
-        budget, how = self.budget() if self.phase != "done" else (None, "done")
+        budget, how = self.budget() if self.current_phase != "done" else (None, "done")
         write_heartbeat(self.heartbeat_path, {
-            "pid": os.getpid(), "updated": time.time(), "steps": self.steps, "phase": self.phase,
+            "pid": os.getpid(), "updated": time.time(), "steps": self.steps, "phase": self.current_phase,
             "last_progress": time.time() - (time.monotonic() - self._last_progress),
             "budget_s": budget, "budget_how": how, "hung": self._stall is not None,
             "hang": None if self._stall is None else {k: v for k, v in self._stall.items() if k != "gpu_utilization"},
@@ -464,7 +464,7 @@ class Monitor:
             per_gpu.append({"index": g["index"], "share": thr, "reasons": sorted(reasons), "violation": viol})
         verdict_list = self._current_verdicts(final=True, window=window)
         data = {
-            "steps": self.steps, "phase": self.phase, "step_time_s": self.step_time(),
+            "steps": self.steps, "phase": self.current_phase, "step_time_s": self.step_time(),
             "input_fraction": share, "input_samples": samples, "input_kind": self.input_kind,
             "gpu_utilization": [g["utilization"] for g in gpus] if gpus else None,
             "gpus": gpus, "host": window.get("host", {}), "gpu_note": window.get("note", ""),
@@ -472,7 +472,7 @@ class Monitor:
                           "reasons": sorted({r for p in per_gpu for r in p["reasons"]}), "per_gpu": per_gpu},
             "verdict": verdict_list[0].text if verdict_list else "not enough steps measured yet",
             "verdicts": [v.as_dict() for v in verdict_list],
-            "hang_budget_s": self.budget()[0] if self.phase != "done" else None,
+            "hang_budget_s": self.budget()[0] if self.current_phase != "done" else None,
             "hangs": [dict(h) for h in self.hangs],
             "epochs": [dict(values, epoch=e) for e, values in self.epochs],
             "updated": time.time(),
@@ -484,7 +484,7 @@ class Monitor:
         return self.report()["text"]
 
     def __repr__(self):
-        return f"<colabkit Monitor: {self.steps} steps, phase {self.phase}>"
+        return f"<colabkit Monitor: {self.steps} steps, phase {self.current_phase}>"
 
     def series(self) -> dict:
         """What the plots draw: steps (wall, step, s per batch, input share), losses, epochs, GPU series."""

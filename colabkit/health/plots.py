@@ -135,7 +135,7 @@ class MonitorPanel:
                                      "monitor yet (colabkit.keras.Monitor(), AutoResume(monitor=True) or "
                                      "colabkit.monitor())</span>")
                 return
-            key = (id(mon), mon.steps, len(mon.epochs), mon.phase, len(mon.hangs),
+            key = (id(mon), mon.steps, len(mon.epochs), mon.current_phase, len(mon.hangs),
                    int(time.time() // self.refresh) if mon.running else 0)
             if key == self._seen:
                 return

@@ -125,5 +125,26 @@ def test_a_fit_left_by_an_exception_is_not_a_hang(tf_keras, tmp_path, capsys):
         pass
     time.sleep(3)         # three times the budget (the floor: steps take milliseconds)
     assert monitor.report()["hangs"] == [] and "HANG?" not in capsys.readouterr().out
-    assert monitor.health.phase == "done" and not monitor.health.running
+    assert monitor.health.current_phase == "done" and not monitor.health.running
     assert not (tmp_path / "run").exists()
+
+
+def test_a_stall_while_the_gpu_is_busy_is_called_a_slow_step(fake_gpus, tmp_path, capsys):
+    """Custom loop, NVML stand-in at 99% busy: the stall is reported as a slow step, not a host-side hang,
+    and phases (a long checkpoint save) have budgets of their own."""
+    fake_gpus("throttling")
+    import colabkit
+    with colabkit.monitor(tmp_path / "run", hang_floor="1s", sample_every="0.1s") as mon:
+        for i in mon.wrap(range(40)):
+            time.sleep(0.003)
+            if i == 10:
+                with mon.phase("checkpoint"):     # first save: the generous first-of-a-phase budget
+                    time.sleep(2.0)
+            if i == 30:
+                time.sleep(4.0)                   # a step 1000x the usual, with the GPU busy all along
+            mon.step()
+    hangs = mon.report()["hangs"]
+    assert len(hangs) == 1 and hangs[0]["step"] == 30 and hangs[0]["phase"] == "step", hangs
+    assert hangs[0]["gpu"] == "gpu_busy" and "a very slow step" in hangs[0]["text"]
+    assert "it was a slow step, not a hang" in capsys.readouterr().out
+    assert len(list((tmp_path / "run").glob("hang-*.txt"))) == 1
