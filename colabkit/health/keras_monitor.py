@@ -56,6 +56,8 @@ class Monitor(keras.callbacks.Callback):
         self._discard = False
         self._calls = self._samples = 0
         self._traced = False
+        self._pending_begin = None
+        self._tf_backend = True
 
     # -- results ----------------------------------------------------------------------------------------
     def report(self) -> dict:
@@ -67,6 +69,8 @@ class Monitor(keras.callbacks.Callback):
     # -- fit() hooks --------------------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         self.health.input_kind = _input_kind(sys._getframe(1)) or self.health.input_kind
+        self._tf_backend = keras.backend.backend() == "tensorflow"
+        self._pending_begin = None
         self._install_train_function(self.model)
         self._last_batch, self._last_end, self._discard = -1, None, False
         self.health.current_phase, self.health._last_step_end = "first", None
@@ -157,7 +161,8 @@ class Monitor(keras.callbacks.Callback):
         h = self.health
         if h.current_phase == "epoch_end":
             h._leave_phase("step")
-        if self._last_end is not None and keras.backend.backend() != "tensorflow":
+            self._last_end = None      # the time since the last batch was validation and savers, not input
+        if self._last_end is not None and not self._tf_backend:
             self._pending_begin = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -166,7 +171,7 @@ class Monitor(keras.callbacks.Callback):
         n = end if batch <= self._last_batch else end - (self._last_batch + 1)
         self._last_batch = batch
         now = time.perf_counter()
-        begin = getattr(self, "_pending_begin", None)
+        begin = self._pending_begin
         if begin is not None and self._last_end is not None:   # torch/JAX: the fetch happened before begin
             self.health.record_input(begin - self._last_end, now - self._last_end)
             self._pending_begin = None
