@@ -5,7 +5,8 @@
 
 Rows: environment and VM age, time left to the runtime cap (a progress bar), browser presence, the idle
 cutoff, keep-alive on/off, the last checkpoint (step, age, where, upload state) of the most recent
-AutoResume / Checkpoints of this process, the next deadline save and the last one that happened. A daemon
+AutoResume / Checkpoints of this process, the next deadline save and the last one that happened; once a training
+monitor (colabkit.health) has started, a training-health row and its live plots (colabkit/health/plots.py). A daemon
 thread refreshes every open panel (widget state changes from a thread reach the browser while a training
 cell keeps the kernel busy).
 
