@@ -168,12 +168,12 @@ def test_torch_backend_times_the_fetch_between_batches():
     assert (backend, kind) == ("torch", "generator") and int(samples) >= 20 and float(share) >= 0.5, line
 
 
-def test_a_fit_left_by_an_exception_and_a_recompile_still_measure(tf_keras):
+def test_a_fit_left_by_an_exception_and_a_recompile_still_measure(tf_keras, tmp_path):
     tf, keras = tf_keras
     import colabkit
     x, y = _arrays(640)
     model = tiny_model(keras)
-    monitor = colabkit.keras.Monitor(verbose=0)
+    monitor = colabkit.keras.Monitor(tmp_path / "first", verbose=0)
 
     class Boom(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -182,8 +182,10 @@ def test_a_fit_left_by_an_exception_and_a_recompile_still_measure(tf_keras):
     with pytest.raises(RuntimeError, match="boom"):
         model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor, Boom()])
     model.compile("adam", "mse")     # a new train function
-    monitor = colabkit.keras.Monitor(verbose=0)
+    first = monitor
+    monitor = colabkit.keras.Monitor(tmp_path / "second", verbose=0)
     model.fit(_slow_map(tf, x, y), epochs=1, steps_per_epoch=30, verbose=0, callbacks=[monitor])
     report = monitor.report()
     assert report["input_samples"] >= 6 and report["input_fraction"] >= 0.5, report["text"]
     assert getattr(model.train_function, "_colabkit_monitor", None) is None   # put back after fit()
+    assert first.health.hangs == [] and not (tmp_path / "first").exists()
