@@ -115,11 +115,13 @@ class Monitor:
         self.hangs: list = []
         self.epochs: list = []                  # (epoch, {loss, val_loss, ...}) from log_epoch()
         self._history = history
-        self._step_times = collections.deque(maxlen=history)   # seconds per batch
+        self._step_times = collections.deque(maxlen=history)   # seconds per batch (step_time_s)
+        # seconds per step() call (n batches): what the watchdog compares a stall with, since a stall spans a call
+        self._call_times = collections.deque(maxlen=history)
         self._step_walls = collections.deque(maxlen=history)   # (wall time, step count, s per batch, input share)
         self._losses = collections.deque(maxlen=history)       # (step count, loss)
         self._input = collections.deque(maxlen=200)            # (input s, step s) per measured step
-        self._durations = {"step": self._step_times, "validation": collections.deque(maxlen=50),
+        self._durations = {"step": self._call_times, "validation": collections.deque(maxlen=50),
                            "checkpoint": collections.deque(maxlen=50), "epoch_end": collections.deque(maxlen=50)}
         self._last_step_end = None
         self._pending_input = 0.0
@@ -209,6 +211,7 @@ class Monitor:
         self._pending_share = None
         if count_time:
             self._step_times.append(per_batch)
+            self._call_times.append(elapsed)
             self._step_walls.append((time.time(), self.steps, per_batch, share))
         if loss is not None:
             self._losses.append((self.steps, float(loss)))
@@ -238,7 +241,13 @@ class Monitor:
                 return
             self._pending_input += clock() - t0
             self._input_measured = True
-            yield item
+            try:
+                yield item
+            except GeneratorExit:
+                # the loop was left (an exception, a break) before the input ended: nothing is left to
+                # watch, so no hang can be reported for it; a later step() or wrap() starts watching again
+                self.stop()
+                raise
 
     @contextlib.contextmanager
     def input(self):
@@ -279,9 +288,11 @@ class Monitor:
             self._durations[old].append(now - self._phase_started)
         elif old == "first":
             self._durations.setdefault("first", collections.deque(maxlen=5)).append(now - self._phase_started)
+        spent = now - self._phase_started
         self.current_phase, self._phase_started, self._last_progress = next_phase, now, now
         if old not in ("step", "first") and self._last_step_end is not None:
-            self._last_step_end = time.perf_counter()   # the phase's time is not the next step's
+            # the phase's time is not the step's; what the step did before and after it still is
+            self._last_step_end += spent
 
     def progress(self) -> None:
         """Something moved (a validation batch, a chunk of a save): resets the watchdog's clock."""
@@ -333,12 +344,15 @@ class Monitor:
             return
         if self.current_phase == "done":
             return
+        if not self._owner_running():
+            # its fit() was left by an exception (Keras calls no callback then): nothing is hung, nothing to
+            # watch; the heartbeat says so, or `colabkit run` would take its staleness for a frozen process
+            self.current_phase = "done"
+            self._stop.set()
+            self._heartbeat()
+            return
         budget, how = self.budget()
         if budget is None or stalled <= budget:
-            return
-        if not self._owner_running():
-            self.current_phase = "done"         # its fit() ended by an exception: nothing is hung, nothing to watch
-            self._stop.set()
             return
         self._report_hang(stalled, budget, how)
 
