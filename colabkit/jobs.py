@@ -580,8 +580,9 @@ class _Runner:
         for slot in self.slots:
             if slot.job is state:
                 slot.job = None
-        if proc is not None and self.killed:
-            # a stopped job's leftovers (e.g. a Jupyter kernel) must not outlive the queue
+        if proc is not None and (self.killed or state.hung is not None):
+            # a stopped or hung job's leftovers (e.g. a Jupyter kernel stuck in the hung cell) must not outlive
+            # it: they would hold the GPU while its retry starts
             for pid in state.pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))

@@ -91,7 +91,7 @@ def test_numpy_arrays_are_named_and_training_is_unchanged(tf_keras):
         model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=callbacks)
         results.append((model.get_weights(), callbacks))
     for plain, watched in zip(results[0][0], results[1][0]):
-        np.testing.assert_allclose(plain, watched, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(plain, watched)
     report = results[1][1][0].report()
     assert report["input_kind"] == "numpy" and report["steps"] == 40
     assert [e["epoch"] for e in report["epochs"]] == [0, 1] and "loss" in report["epochs"][0]

@@ -4,13 +4,24 @@ step that long) and the first attempt blocks for 10 minutes, so the outcome does
 speed."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import textwrap
 
+from tests.waiting import wait_for
+
 TRAINER = textwrap.dedent('''
-    import json, os, time
+    import json, os, subprocess, sys, time
     import colabkit
     attempt = int(os.environ["COLABKIT_JOB_ATTEMPT"])
+    if attempt == 1:   # a helper in its own session that ignores SIGTERM, as a hung Jupyter kernel can
+        helper = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                   "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+                                   "time.sleep(300)"], start_new_session=True, stdout=subprocess.PIPE, text=True)
+        helper.stdout.readline()
+        open("helper.pid", "w").write(str(helper.pid))
     start = 0
     if os.path.exists("ckpt.json"):
         start = json.load(open("ckpt.json"))["step"]       # resume from the last checkpoint
@@ -26,6 +37,14 @@ TRAINER = textwrap.dedent('''
 ''')
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _summary(run_dir):
     return {j["name"]: j for j in json.loads((run_dir / "summary.json").read_text())["jobs"]}
 
@@ -34,6 +53,13 @@ def test_a_hung_job_is_killed_and_retried_from_its_checkpoint(fake_gpus, run_cli
     fake_gpus(None)
     (tmp_path / "train.py").write_text(TRAINER)
     out = run_cli("run", "--run-dir", "run", "--retries", "1", "train.py", timeout=180)
+    helper = int((tmp_path / "helper.pid").read_text())
+    try:
+        # the hung attempt's leftovers do not outlive it (they could hold the GPU while the retry starts)
+        assert wait_for(lambda: not _alive(helper), 10), "the hung job's helper process survived"
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(helper, signal.SIGKILL)
     assert out.returncode == 0, out.stdout + out.stderr
     job = _summary(tmp_path / "run")["train"]
     assert job["status"] == "ok" and job["attempts"] == 2
