@@ -13,9 +13,10 @@ timed once per fit on an iterator that repeats one batch); it then hands exactly
 the step: that is the compute time (host-to-device copies count as compute here; the TensorFlow Profiler
 counts them as input). The model trains on the same batches in the same order either way. With
 multi-GPU strategies the distributed iterator yields per-replica batches and the same path applies. The first
-sampled call traces the train step once more (a compile) and is left out. With other back ends (torch, JAX)
-Keras fetches the batch in Python before ``on_train_batch_begin``: the input wait is the time between a
-batch's end and the next batch's begin.
+sampled call traces the train step once more (a compile) and is left out. With the torch back end Keras
+fetches the batch in Python before ``on_train_batch_begin``: the input wait is the time between a batch's end
+and the next batch's begin. With the JAX back end the fetch happens inside the train function after
+``on_train_batch_begin`` and is not measured: the input share is None and the report says why.
 
 Step time: between consecutive ``on_train_batch_end`` calls, divided by the batches in the call. Overriding
 ``on_train_batch_end`` makes Keras wait for every step (as AutoResume already does); see
@@ -35,6 +36,8 @@ keras = require("keras", "tf", "colabkit.keras.Monitor")
 ADAPTER_KINDS = {"TFDatasetAdapter": "tf.data", "ArrayDataAdapter": "numpy", "GeneratorDataAdapter": "generator",
                  "PyDatasetAdapter": "PyDataset", "TorchDataLoaderAdapter": "DataLoader"}
 FIRST_SAMPLES, EARLY_EVERY, LATER_EVERY = 12, 2, 20
+JAX_NOTE = ("not measured with Keras' JAX back end (it fetches each batch inside its train function, where no "
+            "callback sees it); time next() in a custom loop with colabkit.monitor().wrap() instead")
 
 
 class Monitor(keras.callbacks.Callback):
@@ -58,6 +61,7 @@ class Monitor(keras.callbacks.Callback):
         self._traced = False
         self._pending_begin = None
         self._tf_backend = True
+        self._gap_is_input = False    # torch: the fetch happens between a batch's end and the next one's begin
 
     # -- results ----------------------------------------------------------------------------------------
     def report(self) -> dict:
@@ -69,7 +73,11 @@ class Monitor(keras.callbacks.Callback):
     # -- fit() hooks --------------------------------------------------------------------------------------
     def on_train_begin(self, logs=None):
         self.health.input_kind = _input_kind(sys._getframe(1)) or self.health.input_kind
-        self._tf_backend = keras.backend.backend() == "tensorflow"
+        backend = keras.backend.backend()
+        self._tf_backend = backend == "tensorflow"
+        self._gap_is_input = backend == "torch"
+        if backend == "jax":
+            self.health.input_note = JAX_NOTE
         self._pending_begin = None
         self._install_train_function(self.model)
         self._last_batch, self._last_end, self._discard = -1, None, False
@@ -162,7 +170,7 @@ class Monitor(keras.callbacks.Callback):
         if h.current_phase == "epoch_end":
             h._leave_phase("step")
             self._last_end = None      # the time since the last batch was validation and savers, not input
-        if self._last_end is not None and not self._tf_backend:
+        if self._last_end is not None and self._gap_is_input:
             self._pending_begin = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -172,7 +180,7 @@ class Monitor(keras.callbacks.Callback):
         self._last_batch = batch
         now = time.perf_counter()
         begin = self._pending_begin
-        if begin is not None and self._last_end is not None:   # torch/JAX: the fetch happened before begin
+        if begin is not None and self._last_end is not None:   # torch: the fetch happened before begin
             self.health.record_input(begin - self._last_end, now - self._last_end)
             self._pending_begin = None
         loss = (logs or {}).get("loss")

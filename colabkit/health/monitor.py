@@ -108,6 +108,7 @@ class Monitor:
         job = os.environ.get("COLABKIT_JOB")
         self.heartbeat_path = Path(run_dir) / f"{job}.health.json" if run_dir and job else None
         self.verbose, self.input_kind, self._gpus_wanted = verbose, input_kind or "unknown", gpus
+        self.input_note = ""                    # why the input share is not measured, where that is known
         self.sampler = None
         self.steps = 0
         self.current_phase = "first"           # "first", "step", "validation", "checkpoint", "epoch_end", "done"
@@ -480,6 +481,7 @@ class Monitor:
         data = {
             "steps": self.steps, "phase": self.current_phase, "step_time_s": self.step_time(),
             "input_fraction": share, "input_samples": samples, "input_kind": self.input_kind,
+            "input_note": self.input_note if share is None else "",
             "gpu_utilization": [g["utilization"] for g in gpus] if gpus else None,
             "gpus": gpus, "host": window.get("host", {}), "gpu_note": window.get("note", ""),
             "throttled": {"share": max([p["share"] for p in per_gpu] + [0.0]) if per_gpu else None,
@@ -529,6 +531,8 @@ def _text(r: dict) -> str:
             parts.append("throttled: " + ", ".join(f"{_verdicts.REASON_WORDS.get(k, k)} {v:.0%}"
                                                    for k, v in g["reasons"].items()))
         lines.append(" ".join(parts))
+    if r.get("input_note"):
+        lines.append(f"input share: {r['input_note']}")
     if not r["gpus"]:
         lines.append(f"GPU: none ({r['gpu_note'] or 'no GPU figures'})")
     h = r["host"]

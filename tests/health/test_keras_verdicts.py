@@ -189,3 +189,23 @@ def test_a_fit_left_by_an_exception_and_a_recompile_still_measure(tf_keras, tmp_
     assert report["input_samples"] >= 6 and report["input_fraction"] >= 0.5, report["text"]
     assert getattr(model.train_function, "_colabkit_monitor", None) is None   # put back after fit()
     assert first.health.hangs == [] and not (tmp_path / "first").exists()
+
+
+def test_jax_backend_reports_the_input_share_as_not_measured(tf_keras, monkeypatch):
+    """Keras' JAX back end fetches each batch inside its train function, after on_train_batch_begin: the gap
+    between batches is not the input wait there, so the share is None and the report says why. JAX is not
+    installed here: the callback is told the back end is JAX (the fit itself runs on TensorFlow)."""
+    import types
+
+    from colabkit.health import keras_monitor
+    keras = tf_keras[1]
+    monkeypatch.setattr(keras_monitor, "keras", types.SimpleNamespace(
+        backend=types.SimpleNamespace(backend=lambda: "jax")))
+    import colabkit
+    x, y = _arrays(640)
+    monitor = colabkit.keras.Monitor(verbose=0)
+    tiny_model(keras).fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor])
+    report = monitor.report()
+    assert report["steps"] == 20 and report["input_fraction"] is None
+    assert "JAX back end" in report["input_note"] and "JAX back end" in report["text"]
+    assert not report["verdict"].startswith(("highly", "moderately", "compute-bound"))
