@@ -407,10 +407,13 @@ class Monitor:
             "attempt": os.environ.get("COLABKIT_JOB_ATTEMPT")})
 
     def _announce(self) -> None:
-        """Print each verdict kind once, when the evidence is in."""
+        """Print each verdict kind once, when the evidence is in; an input verdict once more if it gets worse
+        (moderately, then highly input-bound), never when it eases."""
+        rank = {"moderate": 1, "high": 2}
         for v in self._current_verdicts(final=False):
             key = (v.kind, v.severity if v.kind == "input" else "")
-            if v.kind in {k for k, _ in self._said}:
+            said = [severity for kind, severity in self._said if kind == v.kind]
+            if said and (v.kind != "input" or rank.get(v.severity, 0) <= max(rank.get(x, 0) for x in said)):
                 continue
             self._said.add(key)
             self._event("verdict", v.text)

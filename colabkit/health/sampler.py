@@ -58,7 +58,9 @@ class _Gpu:
     def __init__(self, nv, index: int, handle):
         self.nv, self.index, self.handle = nv, index, handle
         self.name = _text(_call(nv, "nvmlDeviceGetName", handle)) or f"GPU {index}"
-        self.last_sample_us = 0
+        # the driver keeps ~20 s of samples: the first read starts now, not with what ran before training
+        self.last_sample_us = int(time.time() * 1e6)
+        self.had_samples = False
         self.samples_supported = hasattr(nv, "nvmlDeviceGetSamples")
         self.thresholds = {}
         for key, const in (("slowdown", "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN"),
@@ -67,6 +69,8 @@ class _Gpu:
             if hasattr(nv, const):
                 self.thresholds[key] = _call(nv, "nvmlDeviceGetTemperatureThreshold", handle, getattr(nv, const))
         self.violation_start = self.violations()
+        # readings of the cumulative counters, one per sample, so a window's share covers that window only
+        self.violation_history = collections.deque([self.violation_start], maxlen=4000)
 
     def violations(self) -> dict:
         """{"thermal"|"power": (reference time s, violation time s)} where the driver reports them."""
@@ -86,12 +90,16 @@ class _Gpu:
                                                          self.last_sample_us)
                 if samples:
                     self.last_sample_us = max(s.timeStamp for s in samples)
+                    self.had_samples = True
                     return sum(s.sampleValue.uiVal for s in samples) / len(samples)
-                return None
+                if self.had_samples:
+                    return None
             except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_NOT_FOUND", 6):
-                    return None    # no new sample since the last read
-                self.samples_supported = False   # NotSupported: the instantaneous rate from now on
+                if getattr(exc, "value", None) != getattr(nv, "NVML_ERROR_NOT_FOUND", 6):
+                    self.samples_supported = False   # NotSupported: the instantaneous rate from now on
+                elif self.had_samples:
+                    return None    # no new sample since the last read (the sampler keeps the last value)
+            # no driver sample since the monitor started yet: the instantaneous rate meanwhile
         rates = _call(nv, "nvmlDeviceGetUtilizationRates", self.handle)
         return None if rates is None else float(rates.gpu)
 
@@ -199,6 +207,9 @@ class Sampler:
         for g in self._gpus:
             try:
                 gpu_samples.append(g.sample())
+                reading = g.violations()
+                if reading:
+                    g.violation_history.append(reading)
             except Exception:
                 log.debug("colabkit: GPU %s sample failed", g.index, exc_info=True)
         host = None
@@ -252,11 +263,21 @@ class Sampler:
                 "note": self.note}
 
     def _violation_share(self, g: _Gpu, since: float) -> dict:
-        """Share of wall time throttled by each policy since the monitor started (from the driver's counters)."""
+        """Share of wall time throttled by each policy from ``since`` (wall time; the driver's counters, read at
+        each sample: from the last reading at or before ``since``, else the first one) to now."""
         now = g.violations()
+        with self._lock:
+            history = list(g.violation_history)
         out = {}
         for key, (ref, viol) in now.items():
-            start = g.violation_start.get(key)
+            start = None
+            for reading in history:
+                if key not in reading:
+                    continue
+                if start is None or reading[key][0] <= since:
+                    start = reading[key]
+                if reading[key][0] > since:
+                    break
             if start is None or ref <= start[0]:
                 continue
             out[key] = max(0.0, min(1.0, (viol - start[1]) / (ref - start[0])))

@@ -94,3 +94,22 @@ def test_standing_down_writes_a_final_heartbeat(tmp_path, monkeypatch):
     mon._watch(time.monotonic())
     beat = json.loads((tmp_path / "job.health.json").read_text())
     assert beat["phase"] == "done" and not beat["hung"] and mon.hangs == []
+
+
+def test_an_input_verdict_is_said_again_when_it_gets_worse(capsys):
+    """Moderately input-bound is printed once; when the share grows past 20% the highly input-bound verdict
+    is printed too (once), and easing back says nothing more. Measurements fed directly, no clock involved."""
+    from colabkit.health import Monitor
+    mon = Monitor(gpus=False, verbose=1, input_kind="generator")
+    mon._step_times.extend([0.01] * 25)
+
+    def measured(share):
+        mon._input.clear()
+        mon._input.extend([(0.01 * share, 0.01)] * 30)
+        mon._announce()
+        return [line for line in capsys.readouterr().out.splitlines() if "input-bound" in line]
+
+    assert [line[:30] for line in measured(0.1)] == ["colabkit: moderately input-bou"]
+    assert measured(0.1) == []
+    assert [line[:30] for line in measured(0.5)] == ["colabkit: highly input-bound: w"[:30]]
+    assert measured(0.1) == [] and measured(0.5) == []

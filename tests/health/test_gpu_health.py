@@ -86,6 +86,8 @@ def test_idle_gpu_while_cpu_saturated_is_said():
     v = verdicts.idle_gpu_verdict(window, 0.1)
     assert v is not None and "idle much of the time (busy 12%)" in v.text and "CPU is saturated (97%)" in v.text
     assert verdicts.idle_gpu_verdict({**window, "host": {"cpu_percent": 40.0}}, 0.1) is None
+    assert "waiting for input takes 10% of each step" in v.text
+    assert "waiting for input" not in verdicts.idle_gpu_verdict(window, None).text
 
 
 def test_nvidia_smi_standin_reports_power_and_clock_event_reasons(fake_gpus):
@@ -97,3 +99,55 @@ def test_nvidia_smi_standin_reports_power_and_clock_event_reasons(fake_gpus):
                          capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "349.20, 350.00, 0x0000000000000064, Active, Not Active"
+
+
+def test_the_first_utilization_read_starts_when_the_gpu_is_opened(fake_gpus):
+    """The driver keeps ~20 s of utilization samples; what ran before the monitor started is not its figure."""
+    fake_gpus("throttling")
+    import pynvml
+
+    from colabkit.health.sampler import _Gpu
+    pynvml.nvmlInit()
+    stamps = []
+    real = pynvml.nvmlDeviceGetSamples
+
+    def spy(handle, kind, since):
+        value_type, samples = real(handle, kind, since)
+        stamps.extend(s.timeStamp for s in samples)
+        return value_type, samples
+
+    opened_us = int(time.time() * 1e6)
+    gpu = _Gpu(pynvml, 0, pynvml.nvmlDeviceGetHandleByIndex(0))
+    gpu.nv = type("Spied", (), {k: getattr(pynvml, k) for k in dir(pynvml) if not k.startswith("__")})
+    gpu.nv.nvmlDeviceGetSamples = staticmethod(spy)
+    time.sleep(0.4)               # at least two of the stand-in's 1/6 s sample periods
+    assert gpu.utilization() is not None
+    assert stamps and min(stamps) >= opened_us - 166_667, (opened_us, stamps[:3])
+
+
+def test_the_throttled_share_covers_the_window_asked_for(fake_gpus):
+    """The driver's violation counters are cumulative: a window (a stall, the last 2 minutes) gets the share
+    within it. The counters here: throttled all of the first 50 s, none of the next 50 s."""
+    fake_gpus("throttling")
+    import pynvml
+
+    from colabkit.health.sampler import Sampler, _Gpu
+    pynvml.nvmlInit()
+    base = time.time()
+    readings = iter([(base - 100, 0.0), (base - 50, 50.0), (base, 50.0)])
+
+    def violation_status(handle, policy):
+        if policy != pynvml.NVML_PERF_POLICY_THERMAL:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        ref, viol = next(readings)
+        return pynvml.c_nvmlViolationTime_t(int(ref * 1e6), int(viol * 1e9))
+
+    nv = type("Counters", (), {k: getattr(pynvml, k) for k in dir(pynvml) if not k.startswith("__")})
+    nv.nvmlDeviceGetViolationStatus = staticmethod(violation_status)
+    gpu = _Gpu(nv, 0, pynvml.nvmlDeviceGetHandleByIndex(0))    # reads the counters at base - 100 s
+    gpu.violation_history.append(gpu.violations())             # a sample at base - 50 s
+    sampler = Sampler(gpus=False)
+    assert sampler._violation_share(gpu, since=base - 50) == {"thermal": 0.0}   # the window: no throttling
+    gpu.violation_history.pop()
+    readings = iter([(base, 50.0)])
+    assert sampler._violation_share(gpu, since=base - 200) == {"thermal": 0.5}  # all since the start
