@@ -40,7 +40,7 @@ if int(keras.__version__.split(".")[0]) < 3:
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _dtype_name, _nbytes  # noqa: E402,F401
 from .deadline import watch_for  # noqa: E402
-from .health.keras_monitor import Monitor  # also colabkit.keras.Monitor
+from .health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
 from .keras_input import UNTRACKED, attach as attach_input  # noqa: E402
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
