@@ -13,8 +13,14 @@ def test_importing_and_running_a_host_only_monitor_loads_nothing_heavy():
                    "m = colabkit.monitor(gpus=False, verbose=0)\n"
                    "for _ in m.wrap(range(30)):\n    m.step()\nm.stop()\nm.report()\n"
                    "assert 'matplotlib' not in sys.modules, 'matplotlib'")
-    assert result["forbidden"] == []
+    # a running monitor reads host CPU and RAM through psutil; nothing heavier
+    assert [m for m in result["forbidden"] if m.split(".")[0] != "psutil"] == []
     assert "colabkit.health.keras_monitor" not in result["colabkit_modules"]
+
+
+def test_importing_colabkit_health_loads_no_psutil_matplotlib_or_widgets():
+    result = probe("import colabkit, colabkit.health, colabkit.health.monitor, colabkit.health.plots")
+    assert result["forbidden"] == []
 
 
 def test_public_names():
