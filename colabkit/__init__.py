@@ -29,6 +29,8 @@ _LAZY = {
     "strategy": ("colabkit.devices", "strategy"),
     "device": ("colabkit.devices", "device"),
     "keras": ("colabkit.keras", None),
+    "monitor": ("colabkit.health", "monitor"),   # training health for custom loops (Keras: keras.Monitor)
+    "health": ("colabkit.health", None),
     "torch": ("colabkit.torch", None),
     "keepalive": ("colabkit.keepalive", None),   # a callable module: colabkit.keepalive("60s")
     "presence": ("colabkit.presence", None),     # a callable module: colabkit.presence()

@@ -17,6 +17,14 @@ COLABKIT_JOB_ATTEMPT tells the job which attempt it is). Ctrl-C or SIGTERM stops
 SIGTERM and ``--grace`` seconds to save, then SIGKILL; a second Ctrl-C kills at once. Exit status: 0 when every
 job succeeded, 1 when one failed, 130 / 143 when interrupted by SIGINT / SIGTERM.
 
+Hung jobs (``--hang-timeout``, default ``auto``): a job that runs colabkit's training monitor
+(``colabkit.monitor()``, ``colabkit.keras.Monitor``, ``AutoResume(monitor=True)``) writes a heartbeat to
+``<run dir>/<job>.health.json``; with ``auto`` the queue kills the job when its monitor reports a hang (no step
+for longer than the budget it learned; its stack dump is ``<run dir>/<job>.hang-*.txt``) or when the heartbeat
+stops coming. ``--hang-timeout DURATION`` kills a job after DURATION without a step (jobs without a monitor:
+without a new line in their log). A killed job (SIGTERM, SIGKILL 10 s later) counts as failed, so ``--retries``
+restarts it, from its last checkpoint with AutoResume. ``off``: never.
+
 A machine without GPUs runs the jobs on the CPU, ``--per-gpu`` at a time. On a GPU in MIG mode each instance is a
 slot of its own (CUDA gives a process one instance).
 
@@ -44,6 +52,7 @@ from typing import Sequence
 
 KINDS = {".ipynb": "notebook", ".py": "python", ".sh": "shell"}  # anything else: an executable file
 DEFAULT_GRACE = 30.0
+HANG_KILL_GRACE = 10.0   # a hung job gets SIGTERM (AutoResume saves if it still can), then SIGKILL
 EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM = 1, 130, 143
 
 
@@ -82,6 +91,8 @@ class JobState:
     process: subprocess.Popen | None = dataclasses.field(default=None, repr=False)
     pids: set = dataclasses.field(default_factory=set, repr=False)
     signalled: bool = dataclasses.field(default=False, repr=False)
+    hung: str | None = dataclasses.field(default=None, repr=False)     # why the queue killed it as hung
+    kill_at: float | None = dataclasses.field(default=None, repr=False)
 
     def as_dict(self) -> dict:
         return {"name": self.job.name, "path": str(self.job.path), "kind": self.job.kind, "status": self.status,
@@ -307,15 +318,17 @@ def default_run_dir() -> Path:
 
 def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, gpus_per_job: int = 1, params: Sequence = (),
              args: Sequence[str] = (), retries: int = 0, run_dir=None, grace: float = DEFAULT_GRACE, min_free=None,
-             max_util=None, kernel: str | None = None, out=None, progress: bool | None = None, cluster=None,
-             shared: bool = False) -> RunReport:
+             max_util=None, kernel: str | None = None, out=None, progress: bool | None = None,
+             hang_timeout="auto", cluster=None, shared: bool = False) -> RunReport:
     """Run the job files over the chosen GPUs (see the module docs); returns a RunReport (``exit_code``).
 
     gpus: as for ``colabkit.use_gpus`` ("auto", a count, "0,1", UUIDs). gpus_per_job: GPUs in each job's
     CUDA_VISIBLE_DEVICES (the chosen GPUs grouped in PCI order; spare ones stay idle). params: [(name, value)] for
     notebooks.
     args: the argv tail for scripts (and ``--name value`` parameters for notebooks). out: where progress lines go
-    (default stdout). progress: a tqdm bar (default: on a terminal or in a notebook).
+    (default stdout). progress: a tqdm bar (default: on a terminal or in a notebook). hang_timeout: "auto",
+    "off" or a duration: see the module docs (local runs only: with a cluster, a job's heartbeat is written on
+    the machine that runs it, so the queue cannot watch it; "auto" then means off).
     cluster: a Ray address ("ray://host:10001", "host:6379" or "auto"): each job becomes a Ray actor asking for
     its GPUs, placed on any machine of the cluster with free ones (see colabkit.cluster). shared: with a
     cluster, the job files are on storage every machine sees at the same path (otherwise each job's folder is
@@ -325,8 +338,17 @@ def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, gpus_per_job: in
         raise JobError(f"--retries {retries!r}: expected a whole number of at least 0.")
     if not isinstance(grace, (int, float)) or isinstance(grace, bool) or not 0 <= grace < float("inf"):
         raise JobError(f"--grace {grace!r}: expected a number of seconds of at least 0.")
+    from .health.watchdog import parse_timeout
+    try:
+        hang_timeout = parse_timeout(hang_timeout, name="--hang-timeout")
+    except ValueError as exc:
+        raise JobError(str(exc)) from None
     jobs = prepare_jobs(paths, params=params, args=args, kernel=kernel)
     if cluster is not None:
+        if hang_timeout not in (None, "auto"):
+            raise JobError("--hang-timeout DURATION watches local jobs only: on a cluster a job's heartbeat is "
+                           "written on the machine that runs it. Drop it (the job's own monitor still dumps "
+                           "its stacks there), or run the job locally.")
         from .cluster.runner import run_on_cluster
         return run_on_cluster(jobs, cluster, gpus=gpus, per_gpu=per_gpu, gpus_per_job=gpus_per_job,
                               retries=retries, run_dir=run_dir, grace=float(grace), min_free=min_free,
@@ -341,15 +363,16 @@ def run_jobs(paths: Sequence, *, gpus="auto", per_gpu: int = 1, gpus_per_job: in
     states = [JobState(job=j, log=run_dir / f"{j.name}.log",
                        output=run_dir / f"{j.name}.ipynb" if j.kind == "notebook" else None) for j in jobs]
     runner = _Runner(states, slots, run_dir, retries=retries, grace=float(grace), kernel=kernel,
-                     out=out if out is not None else sys.stdout, progress=progress)
+                     out=out if out is not None else sys.stdout, progress=progress, hang_timeout=hang_timeout)
     if note:
         runner.say(f"colabkit run: {note}")
     return runner.run()
 
 
 class _Runner:
-    def __init__(self, states, slots, run_dir: Path, *, retries, grace, kernel, out, progress):
+    def __init__(self, states, slots, run_dir: Path, *, retries, grace, kernel, out, progress, hang_timeout="auto"):
         self.states, self.slots, self.run_dir = states, slots, run_dir
+        self.hang_timeout = hang_timeout
         self.retries, self.grace, self.kernel, self.out = retries, grace, kernel, out
         self.waiting = list(states)
         self.events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in signal handlers
@@ -408,7 +431,9 @@ class _Runner:
         env = dict(os.environ)
         env.update(slot.env)
         env.update({"COLABKIT_JOB": state.job.name, "COLABKIT_JOB_ATTEMPT": str(state.attempts),
-                    "COLABKIT_RUN_DIR": str(self.run_dir), "PYTHONUNBUFFERED": "1"})
+                    "COLABKIT_RUN_DIR": str(self.run_dir), "PYTHONUNBUFFERED": "1",
+                    "COLABKIT_HANG_TIMEOUT": "off" if self.hang_timeout is None else str(self.hang_timeout)})
+        state.hung, state.kill_at = None, None
         tries = f"attempt {state.attempts}/{self.retries + 1}"
         with open(state.log, "a", encoding="utf-8") as log:
             cuda = " ".join(f"{k}={v}" for k, v in slot.env.items())
@@ -514,6 +539,37 @@ class _Runner:
                 self._on_event(event)
             if self.deadline is not None and not self.killed and time.monotonic() >= self.deadline:
                 self._kill_all(f"grace period of {self.grace:g}s is over")
+            if self.stop_signal is None:
+                self._check_hangs()
+
+    # hung jobs --------------------------------------------------------------------------------------
+    def _check_hangs(self) -> None:
+        now = time.time()
+        for state in self._running():
+            if state.hung is not None:
+                if state.kill_at is not None and time.monotonic() >= state.kill_at:
+                    state.kill_at = None
+                    self._signal_job(state, getattr(signal, "SIGKILL", signal.SIGTERM))
+                continue
+            why = self._hung_because(state, now)
+            if why is None:
+                continue
+            state.hung = why
+            self.say(f"[{self._stamp()}] hung    {state.job.name}: {why}; stopping it (SIGTERM, SIGKILL in "
+                     f"{HANG_KILL_GRACE:g}s)")
+            with contextlib.suppress(OSError), open(state.log, "a", encoding="utf-8") as log:
+                log.write(f"\n=== colabkit run: hung: {why}; stopping it\n")
+            self._signal_job(state, signal.SIGTERM)
+            state.kill_at = time.monotonic() + HANG_KILL_GRACE
+
+    def _hung_because(self, state: JobState, now: float) -> str | None:
+        """Why ``state``'s job counts as hung now, or None (the heartbeat protocol: health/watchdog.py)."""
+        if self.hang_timeout is None or state.started is None:
+            return None
+        from .health.watchdog import job_hang_reason
+        return job_hang_reason(self.run_dir / f"{state.job.name}.health.json", attempt=state.attempts,
+                               started=state.started, log=state.log, timeout=self.hang_timeout, now=now,
+                               show_path=_rel)
 
     def _on_event(self, event: tuple) -> None:
         """Events other than a signal or a job's exit (the cluster runner reports where a job started)."""
@@ -554,16 +610,21 @@ class _Runner:
         for slot in self.slots:
             if slot.job is state:
                 slot.job = None
-        if proc is not None and self.killed:
-            # a stopped job's leftovers (e.g. a Jupyter kernel) must not outlive the queue
+        if proc is not None and (self.killed or state.hung is not None):
+            # a stopped or hung job's leftovers (e.g. a Jupyter kernel stuck in the hung cell) must not outlive
+            # it: they would hold the GPU while its retry starts
             for pid in state.pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
         how = self._describe(state, returncode)
+        if state.hung is not None:
+            state.history[-1]["hung"] = state.hung
+            state.signalled, state.kill_at = False, None
+            how = f"hung, {how}"
         if state.signalled:  # stopped by the queue, even if it then exited cleanly (after saving)
             state.status = "stopped"
             self.say(f"[{self._stamp()}] stopped {state.job.name} ({how})")
-        elif returncode == 0:
+        elif returncode == 0 and state.hung is None:
             state.status = "ok"
             self.say(f"[{self._stamp()}] done    {state.job.name} in {seconds:.1f}s")
         elif self.stop_signal is not None:
@@ -646,6 +707,11 @@ def add_arguments(parser) -> None:
                         help="start a failed job again up to N times (default 0)")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
                         help=f"on Ctrl-C/SIGTERM, seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE:g})")
+    parser.add_argument("--hang-timeout", default="auto", metavar="auto|DURATION|off",
+                        help="kill a hung job and count it as failed (so --retries restarts it): auto (default) "
+                             "when the job's colabkit monitor reports a hang or its heartbeat stops; DURATION "
+                             "(e.g. 20min) after that long without a step (without a monitor: without output); "
+                             "off: never")
     parser.add_argument("--run-dir", metavar="DIR", help="where logs, output notebooks and summary.json go "
                                                          "(default ./colabkit-runs/<date-time>)")
     parser.add_argument("--min-free", metavar="SIZE", help="only GPUs with this much free memory, e.g. 8GiB")
@@ -665,5 +731,5 @@ def main_from_args(args) -> int:
                       params=args.parameter, args=getattr(args, "passthrough", []) or [], retries=args.retries,
                       run_dir=args.run_dir,
                       grace=args.grace, min_free=args.min_free, max_util=args.max_util, kernel=args.kernel,
-                      cluster=args.cluster, shared=args.shared)
+                      hang_timeout=args.hang_timeout, cluster=args.cluster, shared=args.shared)
     return report.exit_code

@@ -40,6 +40,7 @@ if int(keras.__version__.split(".")[0]) < 3:
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _dtype_name, _nbytes  # noqa: E402,F401
 from .deadline import watch_for  # noqa: E402
+from .health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
 from .keras_input import UNTRACKED, attach as attach_input  # noqa: E402
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
@@ -90,6 +91,9 @@ class AutoResume(keras.callbacks.Callback):
         resume_from: a Google Drive share link to someone's checkpoint: when ``directory`` has no checkpoint
             yet, it is downloaded, verified (manifest, sha256, safe formats only) and resumed; new
             checkpoints go to ``directory``.
+        monitor: True (or a dict of options, or a ``colabkit.keras.Monitor``) to watch training health in the
+            same fit(): step time, input share, GPU throttling, verdicts and the hang watchdog, which knows
+            these checkpoint saves (they get a hang budget of their own). ``self.monitor`` is the callback.
 
     What a resume restores: every variable Keras tracks, matched by where it sits in the model (attribute
     names and, in lists, class names: the same code finds each variable at the same place), including
@@ -104,7 +108,7 @@ class AutoResume(keras.callbacks.Callback):
 
     def __init__(self, directory=None, save_freq="epoch", double_checkpoint=False, delete_checkpoint=False,
                  every=None, keep=None, deadline="auto", deadline_margin=None, keep_every=None, verbose=1,
-                 local_dir=None, resume_from=None, *, backup_dir=None):
+                 local_dir=None, resume_from=None, *, backup_dir=None, monitor=False):
         super().__init__()
         if backup_dir is not None:
             if directory is not None:
@@ -138,6 +142,7 @@ class AutoResume(keras.callbacks.Callback):
         self._checkpoint_args = dict(keep=keep, keep_every=keep_every, local_dir=local_dir, resume_from=resume_from)
         self.checkpoints = Checkpoints(directory, **self._checkpoint_args)
         self._checkpoints_closed = False   # delete_checkpoint closed them: the next fit() opens new ones
+        self.monitor = self._make_monitor(monitor)
         from .widgets import track
         track(self)  # the status panel shows this run's saves and deadlines
         self.restored = None          # what on_train_begin restored (colabkit.Restored) or None
@@ -151,6 +156,27 @@ class AutoResume(keras.callbacks.Callback):
         self._layout = None
         self._csv_appending = []      # (CSVLogger, its own `append`) while a resumed run appends to its file
         self._reset_run_state()
+
+    def _make_monitor(self, monitor):
+        if monitor is False or monitor is None:
+            return None
+        if isinstance(monitor, Monitor):
+            return monitor
+        if monitor is True:
+            options = {}
+        elif isinstance(monitor, dict):
+            options = dict(monitor)
+        else:
+            raise TypeError(f"AutoResume(monitor={monitor!r}): expected True, False, a dict of "
+                            f"colabkit.keras.Monitor options or a colabkit.keras.Monitor.")
+        if "directory" not in options and not os.environ.get("COLABKIT_RUN_DIR"):
+            options["directory"] = self.checkpoints.local.path / "health"   # hang dumps beside the checkpoints
+        return Monitor(**options)
+
+    def _monitors(self) -> list:
+        """The health monitors in this fit()'s callbacks (ours, added in set_model, and the user's)."""
+        callbacks = self._callback_list.callbacks if self._callback_list is not None else []
+        return [c for c in callbacks if getattr(c, "_colabkit_health", False)]
 
     def _reset_run_state(self):
         self._step = 0                # batches trained in total
@@ -301,6 +327,10 @@ class AutoResume(keras.callbacks.Callback):
             self._left_by_exception(None)   # that fit() ended by an exception no hook saw
         caller = frame.f_locals.get("self")
         found = isinstance(caller, keras.callbacks.CallbackList) and any(c is self for c in caller.callbacks)
+        if found and self.monitor is not None and not any(c is self.monitor for c in caller.callbacks):
+            # CallbackList.set_model is looping over this list: the monitor appended now is set up too, and
+            # the list calls its hooks like any other callback's
+            caller.callbacks.append(self.monitor)
         self._hook_callback_list(caller if found else None)
 
     def _hook_callback_list(self, callbacks):
@@ -467,6 +497,8 @@ class AutoResume(keras.callbacks.Callback):
         try:
             if self._mw is None or self._mw.is_chief:   # the chief alone writes, and holds the folder's lease
                 self.checkpoints.claim()   # another run writing this folder is an error now, not a mix-up later
+            for monitor in self._monitors():   # the monitor's train-function wrapper goes innermost
+                monitor._install_train_function(self.model)
             self._state_nbytes = self._buffers.prefill([v for group in self._variables() for v in group])
             self._restore_and_position()
             self._guard_train_function()
@@ -780,6 +812,17 @@ class AutoResume(keras.callbacks.Callback):
         return 0.2 + self._state_nbytes / _ASSUMED_UPLOAD_BYTES_PER_S
 
     def _save(self, position, *, reason: str, wait=False, event: str = "save") -> bool:
+        monitors = [m.health for m in self._monitors() if m.health.running]
+        for health in monitors:
+            health.enter_phase("checkpoint")   # a save has a hang budget of its own
+        try:
+            return self._save_now(position, reason=reason, wait=wait, event=event)
+        finally:
+            for health in monitors:
+                if health.current_phase == "checkpoint":
+                    health._leave_phase("epoch_end" if position[1] == 0 else "step")
+
+    def _save_now(self, position, *, reason: str, wait=False, event: str = "save") -> bool:
         epoch, batch = position
         model_vars, opt_vars, metric_vars = self._variables()
         everything = [*model_vars, *opt_vars, *metric_vars]

@@ -72,6 +72,21 @@ class ColabkitMagics(Magics):
 
 
     @magic_arguments()
+    @argument("--text", action="store_true", help="the compact text summary instead of the live plots")
+    @argument("--refresh", default="5s", help="how often the plots are redrawn while training runs (default 5s)")
+    @line_magic
+    def monitor(self, line=""):
+        """Live training-health plots (loss, step time and input share, GPU utilization/memory/temperature)
+        of the most recently started colabkit monitor (colabkit.keras.Monitor, AutoResume(monitor=True),
+        colabkit.monitor()); one started later is followed. Text in a terminal."""
+        args = parse_argstring(self.monitor, line)
+        from .health.plots import show
+        try:
+            show(text_only=args.text, refresh=args.refresh)
+        except ValueError as exc:
+            raise UsageError(f"%monitor: {exc}") from None
+
+    @magic_arguments()
     @argument("src", help='dataset folder or .zip/.tar[.gz]: a path, "drive:data/x", "gdrive://data/x" or a share link')
     @argument("dst", nargs="?", default=None, help="local folder (default: under the cache dir)")
     @argument("--checksum", action="store_true", help="decide 'unchanged' by content, not size+mtime")

@@ -5,7 +5,8 @@
 
 Rows: environment and VM age, time left to the runtime cap (a progress bar), browser presence, the idle
 cutoff, keep-alive on/off, the last checkpoint (step, age, where, upload state) of the most recent
-AutoResume / Checkpoints of this process, the next deadline save and the last one that happened. A daemon
+AutoResume / Checkpoints of this process, the next deadline save and the last one that happened; once a training
+monitor (colabkit.health) has started, a training-health row and its live plots (colabkit/health/plots.py). A daemon
 thread refreshes every open panel (widget state changes from a thread reach the browser while a training
 cell keeps the kernel busy).
 
@@ -136,7 +137,17 @@ def snapshot() -> Snapshot:
     last = _last_deadline_save(resume)
     if last:
         rows.append(("last_save", "last deadline save", last))
+    health = _health_monitor()
+    if health is not None:
+        report = health.report()
+        rows.append(("health", "training health", f"{report['steps']} steps · {report['verdict']}"))
     return Snapshot(kind=e.kind, rows=rows, cap_fraction=cap_fraction, cap_text=cap_text, taken_at=now)
+
+
+def _health_monitor():
+    """The newest training monitor of this process, without importing colabkit.health when none was made."""
+    module = sys.modules.get("colabkit.health.monitor")
+    return None if module is None else module.current()
 
 
 def _checkpoint_text(store, now: float) -> str:
@@ -239,7 +250,9 @@ class StatusPanel:
         self.bar_row = widgets.HBox([widgets.HTML("<span style='color:#666'>VM lifetime&nbsp;</span>"),
                                      self.bar, self.bar_text])
         self.table = widgets.HTML()
-        self.widget = widgets.VBox([self.header, self.bar_row, self.table],
+        self.health_box = widgets.VBox()    # the training plots, once a monitor exists (colabkit.health)
+        self._plots = None
+        self.widget = widgets.VBox([self.header, self.bar_row, self.table, self.health_box],
                                    layout=widgets.Layout(border="1px solid #ddd", padding="4px 10px"))
         self.widget.add_class("colabkit-status")
         self.update()
@@ -276,6 +289,17 @@ class StatusPanel:
             cells = "".join(f"<tr data-row='{key}'><td class='k'>{html.escape(label)}</td>"
                             f"<td class='v'>{html.escape(value)}</td></tr>" for key, label, value in shown)
             self.table.value = f"<table>{cells}</table>"
+            self._update_plots()
+
+    def _update_plots(self) -> None:
+        if self._plots is None:
+            if _health_monitor() is None:
+                return
+            from .health.plots import MonitorPanel
+            self._plots = MonitorPanel(None, thread=False)   # redrawn from this panel's refresh, at most every 5s
+            self.health_box.children = [self._plots.widget]
+        else:
+            self._plots.update()
 
     def freeze(self, note: str) -> None:
         """Stop refreshing; say so in the header."""

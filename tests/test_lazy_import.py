@@ -15,7 +15,8 @@ import pytest
 import colabkit
 
 REPO = Path(__file__).resolve().parent.parent
-FORBIDDEN = ("tensorflow", "keras", "torch", "jax", "pydrive2", "gdown", "pynvml", "google.colab")
+FORBIDDEN = ("tensorflow", "keras", "torch", "jax", "pydrive2", "gdown", "pynvml", "google.colab", "matplotlib",
+             "psutil", "ipywidgets")
 
 PROBE = """
 import json, sys

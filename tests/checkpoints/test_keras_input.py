@@ -128,7 +128,9 @@ def worker(spec):
     args = () if dataset is None else (dataset,)
 
     def fit(callbacks):
-        auto = colabkit.keras.AutoResume(spec["dest"], save_freq=spec.get("save_freq", 5), deadline=None, keep=50)
+        monitor = {"verbose": 0, "directory": spec["dest"] + "-health"} if spec.get("monitor") else False
+        auto = colabkit.keras.AutoResume(spec["dest"], save_freq=spec.get("save_freq", 5), deadline=None, keep=50,
+                                         monitor=monitor)
         try:
             model.fit(*args, epochs=spec.get("epochs", 3), verbose=0, callbacks=[*callbacks, auto], **kw)
         except KeyboardInterrupt:
@@ -229,6 +231,23 @@ def test_repeat_with_steps_per_execution_resumes_bit_exactly(tmp_path, ck_env):
     _, resumed = _interrupt_then_resume(tmp_path, ck_env, "repeat_steps", interrupt=[2, 5], steps_per_execution=2,
                                         save_freq=4)
     assert _restored(resumed)[1:] == [2, 6]
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 2])
+def test_the_health_monitor_leaves_resume_bit_exact(tmp_path, ck_env, steps_per_execution):
+    """AutoResume(monitor=True): the monitor draws sampled steps' batches itself (its wrapper sits under
+    AutoResume's), and the interrupted, monitored run resumes bit-exactly against an unmonitored reference."""
+    reference = _start(ck_env, kind="repeat_steps", dest=str(tmp_path / "reference"),
+                       out=str(tmp_path / "reference.npz"), steps_per_execution=steps_per_execution, save_freq=4)
+    interrupted = _start(ck_env, kind="repeat_steps", dest=str(tmp_path / "run"), out=str(tmp_path / "unused.npz"),
+                         interrupt=[1, 5], steps_per_execution=steps_per_execution, save_freq=4, monitor=True)
+    _finish(reference)
+    _finish(interrupted)
+    assert "INTERRUPTED" in interrupted.stdout_text, _explain(interrupted)
+    resumed = _finish(_start(ck_env, kind="repeat_steps", dest=str(tmp_path / "run"), out=str(tmp_path / "resumed.npz"),
+                             steps_per_execution=steps_per_execution, save_freq=4, monitor=True))
+    _assert_bit_equal(tmp_path / "resumed.npz", tmp_path / "reference.npz", f"\n{_explain(resumed)}")
+    assert not (tmp_path / "run-health").exists()   # no hang, no stack dump
 
 
 @pytest.mark.slow

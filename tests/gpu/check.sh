@@ -2,7 +2,8 @@
 # GPU checks for colabkit.devices and `colabkit run` on a machine with a real NVIDIA GPU and driver.
 # Skips cleanly (exit 0, one line) where there is none. Run from anywhere: tests/gpu/check.sh
 # Exercises: inventory (NVML and nvidia-smi agree), selection and its environment variables, TensorFlow seeing
-# exactly the chosen GPU (when TensorFlow is installed), and a 2-job `colabkit run` on the GPU(s).
+# exactly the chosen GPU (when TensorFlow is installed), monitored fits (colabkit.keras.Monitor: real NVML
+# samples, input share, verdicts), and a 2-job `colabkit run` on the GPU(s).
 set -u -o pipefail
 
 if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -105,6 +106,55 @@ if others:
 EOF
 else
     echo "(TensorFlow not installed: TensorFlow checks skipped)"
+fi
+
+if "$PYTHON" -c "import tensorflow" >/dev/null 2>&1; then
+    step "health: monitored fits on the GPU (NVML samples, input share, verdicts, no false hang)"
+    "$PYTHON" - <<'EOF' || fail "health: monitored fit"
+import time
+import numpy as np
+import colabkit
+colabkit.use_gpus(1)
+import keras
+import tensorflow as tf
+rng = np.random.default_rng(0)
+x, y = rng.random((8192, 256), dtype="float32"), rng.random((8192, 1), dtype="float32")
+def model():
+    m = keras.Sequential([keras.Input((256,)), keras.layers.Dense(4096, activation="relu"),
+                          keras.layers.Dense(4096, activation="relu"), keras.layers.Dense(1)])
+    m.compile("adam", "mse")
+    return m
+fast = tf.data.Dataset.from_tensor_slices((x, y)).batch(512).cache().repeat().prefetch(tf.data.AUTOTUNE)
+mon = colabkit.keras.Monitor(sample_every="0.5s", hang_floor="30s")
+t = time.perf_counter()
+model().fit(fast, epochs=2, steps_per_epoch=150, validation_data=(x[:1024], y[:1024]), verbose=0, callbacks=[mon])
+r = mon.report()
+print(r["text"])
+print(f"fit took {time.perf_counter() - t:.1f}s; verdicts: {[v['kind'] for v in r['verdicts']]}")
+assert r["hangs"] == [], r["hangs"]
+assert r["input_fraction"] is not None and r["step_time_s"] > 0, r
+if r["gpu_utilization"] is None:
+    print("NVML unusable here (nvidia-ml-py missing?):", r["gpu_note"])
+else:
+    g = r["gpus"][0]
+    assert len(r["gpu_utilization"]) == 1 and g["utilization"] is not None and g["utilization"] > 0, g
+    assert g["memory_used"] > 0 and g["temperature"] is not None, g
+    print("thresholds:", g["thresholds"], "violation shares:", g["violation"], "reasons:", g["reasons"])
+
+def slow(a, b):
+    time.sleep(0.02)
+    return a, b
+def load(a, b):
+    a, b = tf.numpy_function(slow, [a, b], [tf.float32, tf.float32])
+    return tf.ensure_shape(a, [None, 256]), tf.ensure_shape(b, [None, 1])
+starved = tf.data.Dataset.from_tensor_slices((x, y)).batch(512).repeat().map(load)
+mon2 = colabkit.keras.Monitor(sample_every="0.5s")
+model().fit(starved, epochs=1, steps_per_epoch=50, verbose=0, callbacks=[mon2])
+r2 = mon2.report()
+print(r2["text"])
+assert r2["verdict"].startswith("highly input-bound"), r2["verdict"]
+print("OK health: compute-bound share", f"{r['input_fraction']:.1%}", "vs starved", f"{r2['input_fraction']:.1%}")
+EOF
 fi
 
 step "colabkit run: 2 jobs on the GPU(s), --per-gpu 2"

@@ -57,11 +57,36 @@ def gpu_field(name, index, gpu, scenario):
         return mig_mode(gpu)
     if name == "count":
         return str(len(scenario["gpus"]))
+    if name in ("power.draw", "power.limit"):
+        v = gpu.get("power_usage" if name == "power.draw" else "power_limit")
+        return value(gpu, "_") if v is None else f"{v:.2f}"
+    family, _, reason = name.partition(".")
+    if family in ("clocks_throttle_reasons", "clocks_event_reasons"):   # the name before / since driver 535
+        bits = reasons(gpu)
+        if reason == "active":
+            return f"0x{bits:016x}"
+        if reason in REASON_BITS:
+            return "Active" if bits & REASON_BITS[reason] else "Not Active"
     raise KeyError(name)
 
 
+REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+               "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
+               "hw_power_brake_slowdown": 0x80}
+
+
+def reasons(gpu) -> int:
+    v = gpu.get("clocks_event_reasons", 0)
+    return sum(REASON_BITS[r] for r in v) if isinstance(v, list) else int(v)
+
+
 KNOWN_GPU_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used", "memory.free", "utilization.gpu",
-                    "temperature.gpu", "pci.bus_id", "driver_version", "mig.mode.current", "count")
+                    "temperature.gpu", "pci.bus_id", "driver_version", "mig.mode.current", "count",
+                    "power.draw", "power.limit",
+                    *(f"{family}.{reason}" for family in ("clocks_throttle_reasons", "clocks_event_reasons")
+                      for reason in ("active", "gpu_idle", "applications_clocks_setting", "sw_power_cap",
+                                     "hw_slowdown", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                                     "hw_power_brake_slowdown")))
 
 
 def main(argv):

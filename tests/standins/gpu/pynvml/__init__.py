@@ -11,6 +11,7 @@ import json
 import os
 import string
 import sys
+import time
 import types
 
 NVML_SUCCESS = 0
@@ -27,6 +28,38 @@ NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_UNKNOWN = 999
 
 NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
+NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2
+NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3
+NVML_PERF_POLICY_POWER = 0
+NVML_PERF_POLICY_THERMAL = 1
+NVML_PERF_POLICY_SYNC_BOOST = 2
+NVML_PERF_POLICY_BOARD_LIMIT = 3
+NVML_PERF_POLICY_LOW_UTILIZATION = 4
+NVML_PERF_POLICY_RELIABILITY = 5
+NVML_TOTAL_POWER_SAMPLES = 0
+NVML_GPU_UTILIZATION_SAMPLES = 1
+NVML_MEMORY_UTILIZATION_SAMPLES = 2
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+nvmlClocksEventReasonGpuIdle = 0x1
+nvmlClocksEventReasonApplicationsClocksSetting = 0x2
+nvmlClocksEventReasonSwPowerCap = 0x4
+nvmlClocksEventReasonHwSlowdown = 0x8
+nvmlClocksEventReasonSyncBoost = 0x10
+nvmlClocksEventReasonSwThermalSlowdown = 0x20
+nvmlClocksEventReasonHwThermalSlowdown = 0x40
+nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+nvmlClocksEventReasonDisplayClockSetting = 0x100
+nvmlClocksEventReasonNone = 0x0
+# the deprecated names, still exported by nvidia-ml-py
+nvmlClocksThrottleReasonGpuIdle = nvmlClocksEventReasonGpuIdle
+nvmlClocksThrottleReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
+nvmlClocksThrottleReasonHwSlowdown = nvmlClocksEventReasonHwSlowdown
+nvmlClocksThrottleReasonSwThermalSlowdown = nvmlClocksEventReasonSwThermalSlowdown
+nvmlClocksThrottleReasonHwThermalSlowdown = nvmlClocksEventReasonHwThermalSlowdown
+nvmlClocksThrottleReasonHwPowerBrakeSlowdown = nvmlClocksEventReasonHwPowerBrakeSlowdown
 NVML_DEVICE_MIG_DISABLE = 0x0
 NVML_DEVICE_MIG_ENABLE = 0x1
 NVML_VALUE_NOT_AVAILABLE = -1
@@ -96,6 +129,9 @@ class c_nvmlDevice_t:  # noqa: N801 - the real name
 
 
 _scenario = None
+_init_time = 0.0          # wall time of nvmlInit: violation counters count from there
+_SAMPLE_PERIOD_US = 166_666   # the driver's utilization sample period (1/6 s on recent GPUs)
+_SAMPLE_BUFFER = 120          # samples the driver keeps
 
 
 def _load():
@@ -136,8 +172,9 @@ def _record(handle) -> dict:
 
 
 def nvmlInitWithFlags(flags):
-    global _scenario
+    global _scenario, _init_time
     _scenario = _load()
+    _init_time = time.time()
 
 
 def nvmlInit():
@@ -280,3 +317,101 @@ def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice):  # noqa: N803 - the
     if migDevice._instance is None:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     return c_nvmlDevice_t(migDevice._gpu, migDevice._index)
+
+
+# -- health: samples, clock-event (throttle) reasons, violation counters, thresholds, power -------------------
+# Scenario keys per GPU (all optional): "utilization_samples" (a list of % values the driver's buffer cycles
+# through, one per 1/6 s; default: "utilization"), "clocks_event_reasons" (a bit mask, or a list of names such
+# as "sw_thermal_slowdown"), "violation": {"thermal": share, "power": share} (the share of time since nvmlInit
+# that the counter grows by), "temperature_thresholds": {"slowdown": C, "shutdown": C, "gpu_max": C},
+# "power_usage" and "power_limit" (W). "samples": false makes nvmlDeviceGetSamples NotSupported (old drivers).
+
+_REASON_NAMES = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+                 "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
+                 "hw_power_brake_slowdown": 0x80, "display_clock_setting": 0x100}
+_THRESHOLD_KEYS = {NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown", NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown",
+                   NVML_TEMPERATURE_THRESHOLD_MEM_MAX: "mem_max", NVML_TEMPERATURE_THRESHOLD_GPU_MAX: "gpu_max"}
+
+
+class c_nvmlValue_t:  # noqa: N801 - the real name (a ctypes Union there)
+    def __init__(self, value):
+        self.dVal = float(value)
+        self.uiVal = self.ulVal = self.ullVal = self.sllVal = self.siVal = self.usVal = int(value)
+
+
+class c_nvmlSample_t:  # noqa: N801
+    def __init__(self, time_stamp, value):
+        self.timeStamp, self.sampleValue = time_stamp, c_nvmlValue_t(value)
+
+
+class c_nvmlViolationTime_t:  # noqa: N801
+    def __init__(self, reference_time, violation_time):
+        self.referenceTime, self.violationTime = reference_time, violation_time   # us timestamp, ns
+
+
+def _whole_gpu(handle) -> dict:
+    rec = _record(handle)
+    if handle._instance is not None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return rec
+
+
+def nvmlDeviceGetSamples(device, sampling_type, timeStamp):  # noqa: N803 - the real parameter name
+    """(value type, [c_nvmlSample_t]) newer than ``timeStamp`` (us, CPU clock); NotFound when none is."""
+    rec = _whole_gpu(device)
+    if rec.get("samples") is False:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if sampling_type != NVML_GPU_UTILIZATION_SAMPLES:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    values = rec.get("utilization_samples") or [_field(rec, "utilization")]
+    now = int(time.time() * 1e6)
+    last = now - now % _SAMPLE_PERIOD_US
+    first = max(int(timeStamp) + 1, last - (_SAMPLE_BUFFER - 1) * _SAMPLE_PERIOD_US)
+    stamps = list(range(last, first - 1, -_SAMPLE_PERIOD_US))[::-1]
+    if not stamps:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return (NVML_VALUE_TYPE_UNSIGNED_INT,
+            [c_nvmlSample_t(t, values[(t // _SAMPLE_PERIOD_US) % len(values)]) for t in stamps])
+
+
+def _reasons(rec) -> int:
+    value = rec.get("clocks_event_reasons", 0)
+    if isinstance(value, list):
+        return sum(_REASON_NAMES[name] for name in value)
+    return int(value)
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle):
+    return _reasons(_whole_gpu(handle))
+
+
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle):   # the name before driver 535
+    return _reasons(_whole_gpu(handle))
+
+
+def nvmlDeviceGetViolationStatus(device, perfPolicyType):  # noqa: N803
+    rec = _whole_gpu(device)
+    shares = rec.get("violation")
+    if shares is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    key = {NVML_PERF_POLICY_THERMAL: "thermal", NVML_PERF_POLICY_POWER: "power"}.get(perfPolicyType)
+    if key is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    now = time.time()
+    return c_nvmlViolationTime_t(int(now * 1e6), int(shares.get(key, 0.0) * (now - _init_time) * 1e9))
+
+
+def nvmlDeviceGetTemperatureThreshold(handle, threshold):
+    rec = _whole_gpu(handle)
+    key = _THRESHOLD_KEYS.get(threshold)
+    if key is None:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return _field(rec.get("temperature_thresholds") or {}, key)
+
+
+def nvmlDeviceGetPowerUsage(handle):
+    return int(_field(_whole_gpu(handle), "power_usage") * 1000)   # mW
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle):
+    return int(_field(_whole_gpu(handle), "power_limit") * 1000)   # mW

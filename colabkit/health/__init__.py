@@ -1,0 +1,29 @@
+"""Training health: step time and input-wait share, GPU utilization/throttling, verdicts, a hang watchdog, plots.
+
+    with colabkit.monitor() as mon:            # any training loop
+        for batch in mon.wrap(loader):
+            ...
+            mon.step(loss=loss)
+    print(mon.text()); mon.report()            # a plain dict
+
+    model.fit(ds, callbacks=[colabkit.keras.Monitor()])            # Keras
+    model.fit(ds, callbacks=[colabkit.keras.AutoResume("drive:runs/x", monitor=True)])
+
+Modules: monitor.py (the measurements and report), sampler.py (NVML + psutil), verdicts.py (thresholds and
+advice), watchdog.py (hang budgets, stack dumps, heartbeat), keras_monitor.py (the Keras callback), plots.py
+(live plots: matplotlib into an ipywidgets Image; text in a terminal). Importing this package imports no
+framework, NVML or matplotlib.
+"""
+from __future__ import annotations
+
+from .monitor import Monitor, current
+
+__all__ = ["Monitor", "current", "monitor"]
+
+
+def monitor(directory=None, **options) -> Monitor:
+    """A started :class:`Monitor` for a custom training loop (also a context manager that stops it).
+
+    Options: see :class:`colabkit.health.Monitor` (hang_timeout="auto"|"off"|"10min", hang_floor, hang_ceiling,
+    first_step_timeout, sample_every, gpus, verbose, input_kind)."""
+    return Monitor(directory, **options).start()

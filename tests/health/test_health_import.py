@@ -1,0 +1,69 @@
+"""The monitor costs nothing until used: importing it (and a host-only monitor) loads no framework, NVML or
+matplotlib; the public names resolve through colabkit's lazy facade."""
+from __future__ import annotations
+
+import time
+
+import colabkit
+from tests.test_lazy_import import probe
+
+
+def test_importing_and_running_a_host_only_monitor_loads_nothing_heavy():
+    result = probe("import colabkit, colabkit.health\nimport sys\n"
+                   "m = colabkit.monitor(gpus=False, verbose=0)\n"
+                   "for _ in m.wrap(range(30)):\n    m.step()\nm.stop()\nm.report()\n"
+                   "assert 'matplotlib' not in sys.modules, 'matplotlib'")
+    # a running monitor reads host CPU and RAM through psutil; nothing heavier
+    assert [m for m in result["forbidden"] if m.split(".")[0] != "psutil"] == []
+    assert "colabkit.health.keras_monitor" not in result["colabkit_modules"]
+
+
+def test_importing_colabkit_health_loads_no_psutil_matplotlib_or_widgets():
+    result = probe("import colabkit, colabkit.health, colabkit.health.monitor, colabkit.health.plots")
+    assert result["forbidden"] == []
+
+
+def test_public_names():
+    import colabkit.health
+    import colabkit.health.monitor
+    assert callable(colabkit.monitor) and colabkit.monitor is colabkit.health.monitor
+    assert colabkit.health.Monitor.__name__ == "Monitor"
+    assert colabkit.keras.Monitor.__module__ == "colabkit.health.keras_monitor"
+
+
+def test_bad_options_name_the_value(tmp_path):
+    import pytest
+    with pytest.raises(ValueError, match=r"hang_timeout='soon': expected 'auto', 'off'"):
+        colabkit.health.Monitor(hang_timeout="soon")
+    with pytest.raises(ValueError, match="hang_floor .* is above hang_ceiling"):
+        colabkit.health.Monitor(hang_floor="2h", hang_ceiling="1h")
+    with pytest.raises(ValueError, match="phase 'eval'"):
+        colabkit.health.Monitor(gpus=False).enter_phase("eval")
+    with pytest.raises(TypeError, match="AutoResume\\(monitor='yes'\\)"):
+        colabkit.keras.AutoResume(tmp_path / "ck", monitor="yes")
+
+
+def test_monitor_magic_and_status_row_in_a_terminal_shell(capsys):
+    """`%monitor` outside a kernel prints the compact text; `%colabkit --text` gains a training-health row."""
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    try:
+        assert shell.run_cell("%load_ext colabkit").success
+        assert shell.run_cell("%monitor").success
+        import sys
+        if sys.modules["colabkit.health.monitor"].current() is None:
+            assert "no monitor has run in this process yet" in capsys.readouterr().out
+        mon = colabkit.monitor(gpus=False, verbose=0)
+        for _ in mon.wrap(range(25)):
+            time.sleep(0.002)      # a step ~1000x the cost of next() on a range: compute-bound on any machine
+            mon.step()
+        capsys.readouterr()
+        assert shell.run_cell("%monitor").success
+        out = capsys.readouterr().out
+        assert out.startswith("colabkit health · 25 steps") and "verdict: compute-bound" in out
+        assert shell.run_cell("%colabkit --text").success
+        assert "training health" in capsys.readouterr().out
+        mon.stop()
+    finally:
+        shell.run_cell("%unload_ext colabkit")
+        InteractiveShell.clear_instance()
