@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import random
 import signal
 import sys
 import threading
@@ -33,6 +32,7 @@ torch = require("torch", "torch", "colabkit.torch.AutoResume")
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
+from .torch_state import _copy_into, _decode, _encode, _fill, _host_dtype, _rng_state, _set_rng, _Spec  # noqa: E402
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -40,14 +40,11 @@ log = logging.getLogger("colabkit")
 FORMAT = "colabkit.torch/1"
 FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
-_TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: tensors, tuples, non-str-key dicts
-# dtypes NumPy has no equivalent for: stored as raw integers of the same width, the dtype named beside them
 # objects whose saved class must match (their state dicts load into another class without an error)
 _CLASS_CHECKED = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 # optimizer state entries shaped like their parameter (torch.optim's own optimizers)
 _PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg", "acc_delta",
                  "grad_avg")
-_RAW_VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 
 
 class AutoResume:
@@ -520,95 +517,6 @@ def _target(obj):
             return obj
 
 
-class _Spec:
-    """A host buffer's shape and NumPy dtype (what SnapshotBuffers lays its sets out by)."""
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = shape, dtype
-
-
-def _host_dtype(tensor) -> np.dtype:
-    name = str(tensor.dtype).removeprefix("torch.")
-    return np.dtype(_RAW_VIEW.get(name, name))
-
-
-def _copy_into(buffer: np.ndarray, tensor) -> None:
-    """One copy of ``tensor`` (any device) into ``buffer``: device-to-host lands in the buffer directly."""
-    t = tensor.detach()
-    name = str(t.dtype).removeprefix("torch.")
-    if name in _RAW_VIEW:
-        t = t.view(getattr(torch, _RAW_VIEW[name]))
-    torch.from_numpy(buffer).copy_(t)
-
-
-class _Slot:
-    """Where the n-th tensor's buffer goes in the encoded tree (filled in by _fill)."""
-    __slots__ = ("index",)
-
-    def __init__(self, index):
-        self.index = index
-
-
-def _fill(tree, buffers):
-    if isinstance(tree, _Slot):
-        return buffers[tree.index]
-    if isinstance(tree, dict):
-        return {k: _fill(v, buffers) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_fill(v, buffers) for v in tree]
-    return tree
-
-
-def _encode(value, tensors: list):
-    """A state dict as the store's tree: each tensor is appended to ``tensors`` and stands as a slot for its
-    host copy (its dtype beside it); tuples and dicts with non-string keys are tagged so that they come back
-    as they were."""
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
-        return {_TAG: "tensor", "dtype": str(value.dtype).removeprefix("torch."), "data": _Slot(len(tensors) - 1)}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) and k != _TAG for k in value):
-            return {k: _encode(v, tensors) for k, v in value.items()}
-        items = []
-        for k, v in value.items():
-            if not isinstance(k, (str, int, float, bool)) and k is not None:
-                raise CheckpointError(f"a state_dict key {k!r} ({type(k).__name__}) cannot be stored; use "
-                                      f"strings or numbers as keys.")
-            items.append([k, _encode(v, tensors)])
-        return {_TAG: "dict", "items": items}
-    if isinstance(value, tuple):
-        return {_TAG: "tuple", "items": [_encode(v, tensors) for v in value]}
-    if isinstance(value, list):
-        return [_encode(v, tensors) for v in value]
-    if isinstance(value, (torch.dtype, torch.device)):
-        return {_TAG: type(value).__name__, "name": str(value)}
-    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not isinstance(value, np.generic)):
-        return np.array(value, copy=True)   # a copy now: the write runs in the background, after training goes on
-    return value
-
-
-def _decode(value):
-    if isinstance(value, dict):
-        kind = value.get(_TAG)
-        if kind == "tensor":
-            data = np.array(value["data"])   # owned and writable (the restored array views the file's bytes)
-            tensor = torch.from_numpy(data)
-            if value["dtype"] in _RAW_VIEW:
-                tensor = tensor.view(getattr(torch, value["dtype"]))
-            return tensor
-        if kind == "dict":
-            return {k: _decode(v) for k, v in value["items"]}
-        if kind == "tuple":
-            return tuple(_decode(v) for v in value["items"])
-        if kind == "dtype":
-            return getattr(torch, value["name"].removeprefix("torch."))
-        if kind == "device":
-            return torch.device(value["name"])
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
 
 
 def _check_fits(name, obj, saved, directory):
@@ -654,28 +562,6 @@ def _check_shapes(current, saved, where, mismatch):
 
 # -- RNG and the loader --------------------------------------------------------------------------------------
 
-def _rng_state() -> dict:
-    version, internal, gauss = random.getstate()
-    np_state = np.random.get_state()
-    state = {"python": {"version": version, "internal": list(internal), "gauss": gauss},
-             "numpy": {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
-                       "cached_gaussian": float(np_state[4])},
-             "torch": torch.get_rng_state().numpy().copy()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = [s.numpy().copy() for s in torch.cuda.get_rng_state_all()]
-    return state
-
-
-def _set_rng(state: dict):
-    p = state["python"]
-    random.setstate((p["version"], tuple(int(x) for x in p["internal"]), p["gauss"]))
-    n = state["numpy"]
-    np.random.set_state(("MT19937", np.asarray(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
-    if state.get("cuda") and torch.cuda.is_available():
-        for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(torch.from_numpy(np.array(s, dtype=np.uint8)), i)
 
 
 def _loader_generators(loader) -> list:
