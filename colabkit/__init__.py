@@ -30,6 +30,7 @@ _LAZY = {
     "device": ("colabkit.devices", "device"),
     "keras": ("colabkit.keras", None),
     "torch": ("colabkit.torch", None),
+    "torch_lightning": ("colabkit.torch_lightning", None),
     "keepalive": ("colabkit.keepalive", None),   # a callable module: colabkit.keepalive("60s")
     "presence": ("colabkit.presence", None),     # a callable module: colabkit.presence()
     "widgets": ("colabkit.widgets", None),
