@@ -112,7 +112,85 @@ def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(t
     # what the store holds: arrays and JSON, nothing pickled
     from colabkit.checkpoints.folder import CheckpointFolder
     files = {p.name for c in CheckpointFolder(tmp_path / "run").committed() for p in c.path.iterdir()}
-    assert files <= {"arrays.npz", "state.json", "manifest.json"}, files
+    assert files <= {"arrays.npz", "state.json", "MANIFEST.json"}, files
+
+
+def test_deadline_stop_mid_epoch_then_a_fresh_process_resumes_bit_exactly(tmp_path, ck_env):
+    """A time budget of 1s with a 1s margin: the first batch's end is past the save point, so the callback saves,
+    commits, raises Stopped, and no epoch-end save follows; the fresh process resumes at (epoch 0, batch 1)."""
+    common = dict(root=str(tmp_path / "root"))
+    _run(ck_env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"), **common)
+    cut, cut_out, explain = _run(ck_env, dest=str(tmp_path / "run"), out=str(tmp_path / "cut.npz"),
+                                 deadline="1s", **common)
+    assert cut["stopped"] and "time budget" in cut["stopped"] and "Re-run this cell" in cut["stopped"], explain
+    assert cut["step"] == 1, explain
+    import colabkit
+    assert [(c.step, c.epoch, c.batch) for c in colabkit.Checkpoints(tmp_path / "run").list()] == [(1, 0, 1)]
+    _, out, explain = _run(ck_env, dest=str(tmp_path / "run"), out=str(tmp_path / "resumed.npz"), **common)
+    assert "resuming Lightning from step 1 (epoch 0, batch 1)" in out, explain
+    assert _compare(tmp_path, "resumed") == [], explain
+
+
+def _trainer(tmp_path, ar, **kw):
+    import lightning as L
+    return L.Trainer(accelerator="cpu", max_epochs=kw.pop("max_epochs", 2), enable_progress_bar=False, logger=False,
+                     enable_model_summary=False, default_root_dir=str(tmp_path / "root"), callbacks=[ar], **kw)
+
+
+def test_a_failed_step_saves_nothing_and_a_plain_dataloader_resume_says_it_is_not_exact(tmp_path, ck_env, capsys):
+    import colabkit
+    model, loader = _build({"loader": "plain"})
+    steps = []
+
+    def failing_step(batch, batch_idx, _orig=model.training_step):
+        steps.append(batch_idx)
+        if len(steps) == 4:
+            raise RuntimeError("a NaN check failed")
+        return _orig(batch, batch_idx)
+
+    model.training_step = failing_step
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=2, deadline=None)
+    trainer = _trainer(tmp_path, ar)
+    with pytest.raises(RuntimeError, match="NaN check"):
+        trainer.fit(model, loader, ckpt_path="last")
+    assert [(c.step, c.batch) for c in colabkit.Checkpoints(tmp_path / "run").list()] == [(2, 2)]   # no save at 3
+    weights = model.net[0].weight.detach().clone()
+
+    fresh, loader = _build({"loader": "plain"})
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=2, deadline=None)
+    trainer = _trainer(tmp_path, ar, max_epochs=1)
+    trainer.fit(fresh, loader, ckpt_path="last")
+    out = capsys.readouterr().out
+    assert "resuming Lightning from step 2 (epoch 0, batch 2)" in out
+    assert "has no state_dict" in out and "StatefulDataLoader" in out
+    assert not torch.equal(fresh.net[0].weight, weights)   # loaded, then trained on
+
+
+def test_a_hyperparameter_that_needs_pickle_is_refused_naming_its_key(tmp_path, ck_env):
+    import colabkit
+    model, loader = _build({})
+    model.save_hyperparameters({"width": 8, "loss_fn": torch.nn.MSELoss()})
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=1, deadline=None)
+    with pytest.raises(colabkit.CheckpointError, match=r"\['hyper_parameters'\]\['loss_fn'\] of type MSELoss.*ignore"):
+        _trainer(tmp_path, ar, max_epochs=1).fit(model, loader)
+    assert colabkit.Checkpoints(tmp_path / "run").list() == []
+
+
+def test_another_checkpoint_io_plugin_is_refused(tmp_path, ck_env):
+    import colabkit
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO
+    model, loader = _build({})
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
+    with pytest.raises(ValueError, match="already has a CheckpointIO plugin"):
+        _trainer(tmp_path, ar, plugins=[AsyncCheckpointIO()]).fit(model, loader)
+
+
+def test_bad_arguments_name_the_value(tmp_path, ck_env):
+    import colabkit
+    with pytest.raises(ValueError, match="save_freq=0 is invalid"):
+        colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=0)
+    with pytest.raises(ValueError, match="every='soon' is invalid"):
+        colabkit.torch_lightning.AutoResume(tmp_path / "run", every="soon")
 
 
 def main():
