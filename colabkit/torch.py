@@ -32,7 +32,17 @@ torch = require("torch", "torch", "colabkit.torch.AutoResume")
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
-from .torch_state import _copy_into, _decode, _encode, _fill, _host_dtype, _rng_state, _set_rng, _Spec  # noqa: E402
+from .torch_state import (  # noqa: E402
+    _copy_into,
+    _decode,
+    _encode,
+    _encode_small,
+    _fill,
+    _host_dtype,
+    _rng_state,
+    _set_rng,
+    _Spec,
+)
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -107,6 +117,7 @@ class AutoResume:
         self._pending = None           # the restored checkpoint's RNG and loader states, applied at its position
         self._epoch_start = None       # RNG states at the start of the current epoch's loader
         self._generators = []          # the torch.Generators of the loader batches() iterated last
+        self._stateful = None          # that loader, when it keeps its own position (torchdata's StatefulDataLoader)
         self._resumed_generators = None   # their saved states, for the first loader after an epoch-start resume
         self._since_save, self._last_save_time = 0, time.time()
         self._last_saved = None        # (step, epoch, batch) of the last save
@@ -183,7 +194,7 @@ class AutoResume:
                                       f"restored.") from exc
         self.state = dict(_decode(state.get("user") or {}))
         self.step, self.epoch, self.batch = restored.step, restored.epoch or 0, restored.batch or 0
-        own = {"rng": state["rng"], "epoch_start": state.get("epoch_start")}
+        own = {"rng": state["rng"], "epoch_start": state.get("epoch_start"), "loader": state.get("loader")}
         ranks = state.get("ranks") or []
         if self._dist is not None:
             if len(ranks) == self._dist.get_world_size():
@@ -191,7 +202,8 @@ class AutoResume:
             else:
                 log.warning("colabkit: the checkpoint holds the RNG states of %d processes and this run has %d; "
                             "every rank starts from rank 0's", len(ranks) or 1, self._dist.get_world_size())
-        self._pending = {"rng": own["rng"], "epoch_start": own.get("epoch_start"), "batch": self.batch}
+        self._pending = {"rng": own["rng"], "epoch_start": own.get("epoch_start"), "batch": self.batch,
+                         "loader": _decode(own["loader"]) if own.get("loader") is not None else None}
         self._last_saved = (self.step, self.epoch, self.batch)
         self.restored = restored
         self._event("restore", f"step {self.step} (epoch {self.epoch}, batch {self.batch})")
@@ -249,6 +261,7 @@ class AutoResume:
         skip = pending["batch"] if pending is not None else 0
         generators = _loader_generators(loader)
         self._generators = generators
+        self._stateful = loader if _stateful(loader) else None
         resumed_generators, self._resumed_generators = self._resumed_generators, None
         if skip and pending.get("epoch_start") is not None:
             _set_epoch_start(pending["epoch_start"], generators)   # the same shuffle order and worker seeds
@@ -258,6 +271,13 @@ class AutoResume:
             _set_generators(resumed_generators, generators)
         self._epoch_start = _epoch_start_state(generators)
         positionable = _positionable(loader)
+        restored_position = False
+        if skip and self._stateful is not None and pending.get("loader") is not None and (
+                not positionable or getattr(loader, "num_workers", 0) == 0):
+            # its own position: nothing is loaded again. (Map-style data in workers is skipped by loading it
+            # instead: only that replays each worker's augmentation RNG; a restored state starts them afresh.)
+            loader.load_state_dict(pending["loader"])
+            restored_position, skip = True, 0
         if skip and not positionable:
             self._say(f"{type(loader).__name__} cannot be positioned mid-epoch (an IterableDataset or iterator "
                       f"without state): epoch {self.epoch} restarts from its first batch")
@@ -270,6 +290,8 @@ class AutoResume:
             _skip(iterator, skip)
         if pending is not None:
             _set_rng(pending["rng"])
+            if restored_position:   # the loader's generators as they were at the save
+                _set_generators(pending["rng"].get("generators") or [], generators)
             self._pending = None
         for batch in iterator:
             yield batch
@@ -348,7 +370,8 @@ class AutoResume:
     def _rank_states(self):
         """Rank 0: every rank's RNG and epoch-start states, gathered (each rank draws its own numbers);
         other ranks: None after sending theirs. Called by every rank at every save."""
-        mine = {"rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+        mine = {"rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None,
+                "loader": self._loader_state()}
         gathered = [None] * self._dist.get_world_size() if self._rank == 0 else None
         self._dist.gather_object(mine, gathered, dst=0)
         return gathered
@@ -363,6 +386,12 @@ class AutoResume:
         state = _rng_state()
         state["generators"] = [g.get_state().numpy().copy() for g in self._generators]
         return state
+
+    def _loader_state(self):
+        """A StatefulDataLoader's position mid-epoch (its own state_dict, tensors as arrays), else None."""
+        if self._stateful is None or not self.batch:
+            return None
+        return _encode_small(self._stateful.state_dict())
 
     def _state(self, periodic: bool, ranks=None):
         """(the state to save, with every tensor copied once into a reused host buffer; the buffers) or None
@@ -381,7 +410,8 @@ class AutoResume:
                 _copy_into(buffer, tensor)
             state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": _fill(user, buffers),
                      "classes": {name: type(_target(obj)).__name__ for name, obj in self.objects.items()},
-                     "rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+                     "rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None,
+                     "loader": self._loader_state()}
             if ranks is not None:
                 state["ranks"] = ranks
         except BaseException:
@@ -595,6 +625,12 @@ def _set_generators(saved: list, generators) -> None:
         return
     for g, s in zip(generators, saved):
         g.set_state(torch.from_numpy(np.array(s, dtype=np.uint8)))
+
+
+def _stateful(loader) -> bool:
+    """A loader that saves and restores its own position (torchdata's StatefulDataLoader, or one like it)."""
+    return isinstance(loader, torch.utils.data.DataLoader) and callable(getattr(loader, "state_dict", None)) \
+        and callable(getattr(loader, "load_state_dict", None))
 
 
 def _positionable(loader) -> bool:

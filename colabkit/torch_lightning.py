@@ -39,7 +39,16 @@ from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .torch import _loader_generators  # noqa: E402
-from .torch_state import _copy_into, _decode, _encode, _fill, _host_dtype, _rng_state, _set_rng, _Spec  # noqa: E402
+from .torch_state import (  # noqa: E402
+    _copy_into,
+    _decode,
+    _encode,
+    _fill,
+    _host_dtype,
+    _rng_state,
+    _set_rng,
+    _Spec,
+)
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")

@@ -87,6 +87,18 @@ def _encode(value, tensors: list):
     return value
 
 
+def _encode_small(value):
+    """A small state dict (a loader's position) as the store's tree, each tensor copied to a host array now."""
+    tensors = []
+    tree = _encode(value, tensors)
+    arrays = []
+    for t in tensors:
+        buffer = np.empty(tuple(t.shape), _host_dtype(t))
+        _copy_into(buffer, t)
+        arrays.append(buffer)
+    return _fill(tree, arrays)
+
+
 def _decode(value):
     if isinstance(value, dict):
         kind = value.get(_TAG)

@@ -177,8 +177,9 @@ def test_a_hyperparameter_that_needs_pickle_is_refused_naming_its_key(tmp_path, 
 
 
 def test_another_checkpoint_io_plugin_is_refused(tmp_path, ck_env):
-    import colabkit
     from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+    import colabkit
     model, loader = _build({})
     ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
     with pytest.raises(ValueError, match="already has a CheckpointIO plugin"):

@@ -48,14 +48,18 @@ def _digest(tensor) -> str:
     return hashlib.sha256(tensor.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
 
 
-def _case(name, num_workers, own_generator=False):
+def _case(name, num_workers, own_generator=False, stateful=False):
     import random
     torch.manual_seed(0)
     np.random.seed(0)
     random.seed(0)
     generator = torch.Generator().manual_seed(5) if own_generator else None
-    loader = torch.utils.data.DataLoader(Augmented(), batch_size=4, shuffle=True, num_workers=num_workers,
-                                         generator=generator)
+    if stateful:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        loader_class = StatefulDataLoader
+    else:
+        loader_class = torch.utils.data.DataLoader
+    loader = loader_class(Augmented(), batch_size=4, shuffle=True, num_workers=num_workers, generator=generator)
     if name == "plain":
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
                                     torch.nn.Dropout(0.3), torch.nn.Linear(8, 1))
@@ -172,7 +176,7 @@ def ddp_worker(spec):
 def worker(spec):
     import colabkit
     loader, objects, step, end_of_epoch = _case(spec["case"], spec.get("num_workers", 0),
-                                                spec.get("own_generator", False))
+                                                spec.get("own_generator", False), spec.get("stateful", False))
     ar = colabkit.torch.AutoResume(spec["dest"], save_freq=spec.get("save_freq"), deadline=None, **objects)
     seen = []
     for epoch in ar.epochs(spec.get("epochs", 3)):
@@ -256,6 +260,53 @@ def test_loader_with_its_own_generator_resumed_at_an_epoch_boundary_resumes_bit_
     resumed, _, _ = _equivalence(tmp_path, ck_env, "plain", 3, boundary=True, crash_at=[1, 0],
                                    own_generator=True)
     assert resumed["restored"] == [6, 1, 0], resumed["restored"]   # 6 batches an epoch: the epoch-end save
+
+
+@pytest.mark.parametrize("num_workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_stateful_dataloader_resumes_from_its_own_state_bit_exactly(tmp_path, ck_env, num_workers):
+    """torchdata's StatefulDataLoader: without workers the resume loads its saved state_dict instead of skipping
+    batches; with workers (map-style data) it skips by loading, which replays each worker's augmentation RNG.
+    Either way the shuffle order, augmentation and dropout repeat."""
+    pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed (colabkit[torch])")
+    resumed, _, _ = _equivalence(tmp_path, ck_env, "plain", 3, crash_at=[1, 4], save_freq=3, stateful=True,
+                                 own_generator=True, num_workers=num_workers)
+    assert resumed["restored"] == [9, 1, 3], resumed["restored"]
+
+
+class _CountingStream(torch.utils.data.IterableDataset):
+    """An iterable dataset that counts what it yields: a resume that skipped by iterating would show it."""
+
+    def __init__(self):
+        self.yielded = 0
+
+    def __iter__(self):
+        for i in range(12):
+            self.yielded += 1
+            yield torch.full((3,), float(i))
+
+
+def test_stateful_dataloader_over_an_iterable_dataset_resumes_at_its_position(tmp_path, ck_env, capsys):
+    """An IterableDataset cannot be skipped to a position; a StatefulDataLoader's state puts it there."""
+    pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed (colabkit[torch])")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    import colabkit
+    model, opt = _tiny()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, save_freq=2, deadline=None)
+    for _ in ar.epochs(1):
+        for _x in ar.batches(StatefulDataLoader(_CountingStream(), batch_size=2)):
+            if ar.step == 3:
+                break   # a crash after the save at step 2 (epoch 0, batch 2)
+        break
+    ar.close()
+    model, opt = _tiny(seed=4)
+    again = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, save_freq=2, deadline=None)
+    assert (again.epoch, again.batch) == (0, 2)
+    stream, firsts = _CountingStream(), []
+    for _ in again.epochs(1):
+        for x in again.batches(StatefulDataLoader(stream, batch_size=2)):
+            firsts.append(float(x[0, 0]))
+    assert firsts == [4.0, 6.0, 8.0, 10.0], firsts
+    assert "cannot be positioned" not in capsys.readouterr().out
 
 
 @pytest.mark.slow
