@@ -420,12 +420,17 @@ class AutoResume:
         return state, buffers
 
     def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
-        if self._last_saved == (self.step, self.epoch, self.batch) and not wait:
+        taken = self._last_saved == (self.step, self.epoch, self.batch) and not wait
+        if taken and self._dist is None:
             return True
+        # a distributed run: every rank takes part in the gather at every call, whatever it saved before (only
+        # rank 0 knows whether its last periodic save was taken or put off for busy buffers)
         ranks = self._rank_states() if self._dist is not None else None
-        if self._rank != 0:   # a distributed run: rank 0 holds the same model state and writes it
+        if self._rank != 0:   # rank 0 holds the same model state and writes it
             self._last_saved = (self.step, self.epoch, self.batch)
             self._since_save, self._last_save_time = 0, time.time()
+            return True
+        if taken:
             return True
         taken = self._state(periodic=reason in ("save_freq", "every"), ranks=ranks)
         if taken is None:

@@ -165,6 +165,8 @@ def ddp_worker(spec):
             opt.step()
             if rank == 1 and [epoch, ar.batch] == spec.get("sigterm_at"):
                 os.kill(os.getpid(), signal.SIGTERM)   # one rank is told to stop: both must, at the same batch
+            if [epoch, ar.batch] == spec.get("manual_save_at"):
+                ar.save()   # every rank calls it, as the docs say
     _dump({"model": model.module, "opt": opt}, f"{spec['out']}.{rank}.npz")
     if rank == 0:
         print("RESULT " + json.dumps({"restored": None if ar.restored is None else
@@ -359,10 +361,11 @@ def test_kill_9_at_random_moments_never_restarts_from_zero_and_ends_bit_exactly(
     assert final["plain"] == expected["plain"] and final["user"] == expected["user"]
 
 
-def _torchrun(env, **spec):
+def _torchrun(env, start_new_session=False, **spec):
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              str(Path(__file__).resolve()), json.dumps({"ddp": True, **spec})], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=start_new_session)
 
 
 @pytest.mark.slow
@@ -381,6 +384,26 @@ def test_torchrun_two_processes_rank_0_commits_and_both_ranks_resume_bit_exactly
     for rank in (0, 1):
         with np.load(tmp_path / f"ref.{rank}.npz") as want, np.load(tmp_path / f"resumed.{rank}.npz") as got:
             assert [k for k in want.files if not np.array_equal(want[k], got[k])] == [], (rank, explain)
+
+
+@pytest.mark.slow
+def test_torchrun_manual_save_after_rank_0_skipped_a_busy_periodic_save_does_not_hang(tmp_path, ck_env):
+    """small_state_mb=0: rank 0's first periodic save finds its new buffer set being touched and is taken at a
+    later batch, while rank 1 has nothing to write; a manual save at that same batch must not leave rank 0
+    alone in the gather (a hang until the collective's timeout)."""
+    env = {**ck_env, "OMP_NUM_THREADS": "1", "COLABKIT_SMALL_STATE_MB": "0"}
+    proc = _torchrun(env, dest=str(tmp_path / "run"), out=str(tmp_path / "out"), manual_save_at=[0, 2],
+                     start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)   # torchrun and both ranks
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the run hung after the manual save\n{stdout}\n{stderr[-3000:]}")
+    assert proc.returncode == 0, f"{stdout}\n{stderr[-3000:]}"
+    import colabkit
+    steps = [c.step for c in colabkit.Checkpoints(tmp_path / "run").list()]
+    assert steps[-1] == 12, steps
 
 
 # -- in-process: the store's contents and bad input --------------------------------------------------------
