@@ -57,6 +57,11 @@ _PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "
                  "grad_avg")
 
 
+class Stopped(Exception):
+    """Training was stopped before a deadline (the runtime cap, the idle cutoff, a time budget) once its
+    checkpoint was saved. Re-running the cell resumes."""
+
+
 class AutoResume:
     """Save and restore a plain PyTorch training loop, crash-safely, in ``directory`` ("drive:runs/x" or a folder).
 
@@ -77,8 +82,9 @@ class AutoResume:
     A checkpoint is taken after each epoch (once the body of ``for epoch in ar.epochs(n)`` has run), every
     ``save_freq`` batches and ``every`` interval, before a deadline, and on SIGTERM or an interrupt (the
     notebook's stop button): then the checkpoint is committed, and the signal is passed on (SIGTERM ends the
-    process as it would have; SIGINT raises KeyboardInterrupt). A deadline that ends training stops both loops
-    after its save. The objects are restored when AutoResume is created (before that, every saved value is
+    process as it would have; SIGINT raises KeyboardInterrupt). A deadline that ends training raises `Stopped`
+    from ``ar.batches()`` after its save is committed: the code after the inner loop (per-epoch validation,
+    logging, ``sched.step()``) never runs on a partial epoch, and neither do the notebook's later cells. The objects are restored when AutoResume is created (before that, every saved value is
     checked against the objects: a checkpoint from another model raises CheckpointError and changes nothing; a
     load_state_dict that fails still puts every object back as it was, then raises CheckpointError);
     the RNG states when the loops reach the saved position.
@@ -299,7 +305,11 @@ class AutoResume:
             self.batch += 1
             self._since_save += 1
             if self._after_batch():
-                return
+                # a deadline stop: raised here, inside the epoch's body, so that the code after this loop
+                # (validation, logging, a scheduler step) does not run on the partial epoch, nor do later cells
+                self._restore_signal_handlers()
+                raise Stopped(f"{self.stopped_for}: saved step {self.step} (epoch {self.epoch}, batch {self.batch}) "
+                              f"and stopped training. Re-run this cell to resume.")
 
     def _after_batch(self) -> bool:
         """Save when due. True when training stops (a deadline or a signal). In a distributed run rank 0

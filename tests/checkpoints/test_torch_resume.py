@@ -571,11 +571,14 @@ def test_deadline_saves_then_stops_both_loops(tmp_path, ck_env, capsys):
     import colabkit
     model, opt = _tiny()
     ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline="1s", deadline_margin="1s")
-    seen = []
-    for epoch in ar.epochs(3):
-        for (x,) in ar.batches(_loader()):
-            seen.append((epoch, ar.batch))
-    assert seen == [(0, 0)] and ar.stopped_for is not None and "time budget" in ar.stopped_for
+    seen, after_the_epoch = [], []
+    with pytest.raises(colabkit.torch.Stopped, match=r"time budget.*saved step 1 \(epoch 0, batch 1\).*Re-run"):
+        for epoch in ar.epochs(3):
+            for (x,) in ar.batches(_loader()):
+                seen.append((epoch, ar.batch))
+            after_the_epoch.append(epoch)   # validation, logging: never on a partial epoch
+    assert seen == [(0, 0)] and after_the_epoch == [] and "time budget" in ar.stopped_for
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # handed back
     assert "Re-run this cell to resume" in capsys.readouterr().out
     newest = colabkit.Checkpoints(tmp_path / "run").list()[-1]
     assert (newest.step, newest.epoch, newest.batch) == (1, 0, 1)
