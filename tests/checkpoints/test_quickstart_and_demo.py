@@ -41,6 +41,22 @@ def test_demo_command_cuts_resumes_and_finishes(tmp_path, ck_env):
     assert newest.epoch == 12 and newest.batch == 0
 
 
+def test_demo_command_with_torch_cuts_resumes_and_finishes(tmp_path, ck_env):
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-m", "colabkit", "demo", "--framework", "torch", "--cap", "3s",
+                           "--epochs", "12", "--dir", str(tmp_path / "demo")], env=ck_env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "a 12-epoch PyTorch run" in out
+    assert re.search(r"stop +the 3s time budget is", out), out
+    assert re.search(r"restore +step \d+ \(epoch \d+, batch \d+\)", out), out
+    assert "end of training" in out and "test accuracy" in out
+    from colabkit.checkpoints.folder import CheckpointFolder
+    newest = CheckpointFolder(tmp_path / "demo").committed()[-1]
+    assert newest.epoch == 12 and newest.batch == 0 and newest.step == 12 * 313
+
+
 def test_checkpoints_command_lists_and_verifies(tmp_path, ck_env):
     import numpy as np
     import colabkit
