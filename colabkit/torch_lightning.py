@@ -186,7 +186,8 @@ class AutoResume(OnExceptionCheckpoint):
         verbose: 1 prints one line per resume/stop; 0 is silent (logging still records).
 
     The callback installs ``self.checkpoint_io`` in the trainer (pass your own ``CheckpointIO`` of another kind
-    and it refuses). Saves are taken after a batch's step (``on_train_batch_end``). On SIGTERM or an interrupt,
+    and it refuses). It is a ``Checkpoint`` callback, so Lightning adds no default ``ModelCheckpoint``: it saves at
+    each training epoch's end itself, and after a batch's step (``on_train_batch_end``) when one is due. On SIGTERM or an interrupt,
     the checkpoint is saved and committed, then SIGTERM ends training with Lightning's ``SIGTERMException`` (exit
     status 143) and an interrupt raises KeyboardInterrupt; before a deadline that ends training, it saves,
     commits and raises `Stopped`. After such a stop no other save is taken (so the end of a partial epoch is
@@ -293,6 +294,10 @@ class AutoResume(OnExceptionCheckpoint):
         elif self.every and time.time() - self._last_save_time >= self.every:
             self._save(trainer, "every", periodic=True)
 
+    def on_train_epoch_end(self, trainer, pl_module):
+        # as Lightning's default ModelCheckpoint would (this callback, a Checkpoint, takes its place)
+        self._save(trainer, "epoch")
+
     def on_exception(self, trainer, pl_module, exception):
         # only a stop this callback did not see coming (Lightning's own SIGTERMException at an epoch's end)
         # saves here; any other exception may have left a half-done step, so the newest checkpoint stays
@@ -316,7 +321,7 @@ class AutoResume(OnExceptionCheckpoint):
         io = self.checkpoint_io
         io._periodic, io._wait = periodic, wait
         try:
-            trainer.save_checkpoint(self.ckpt_path)
+            trainer.save_checkpoint(self.ckpt_path, weights_only=False)
         finally:
             io._periodic, io._wait = False, False
         if io.last_step is None:   # buffers busy with the previous write: asked again at the next batch

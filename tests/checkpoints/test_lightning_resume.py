@@ -57,12 +57,15 @@ def worker(spec):
 
     model, loader = _build(spec)
     ar = colabkit.torch_lightning.AutoResume(spec["dest"], save_freq=spec.get("save_freq"),
-                                             deadline=spec.get("deadline"))
+                                             deadline=spec.get("deadline"), verbose=1)
 
     class Cut(L.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             if [trainer.current_epoch, batch_idx] == spec.get("sigterm_at"):
                 os.kill(os.getpid(), signal.SIGTERM)
+            if [trainer.current_epoch, batch_idx] == spec.get("crash_at"):
+                ar.checkpoint_io.checkpoints.wait(30)
+                os._exit(3)   # no signal, no save: a reclaimed VM
 
     trainer = L.Trainer(accelerator="cpu", max_epochs=3, enable_progress_bar=False, logger=False,
                         enable_model_summary=False, default_root_dir=spec["root"], callbacks=[Cut(), ar])
@@ -113,6 +116,32 @@ def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(t
     from colabkit.checkpoints.folder import CheckpointFolder
     files = {p.name for c in CheckpointFolder(tmp_path / "run").committed() for p in c.path.iterdir()}
     assert files <= {"arrays.npz", "state.json", "MANIFEST.json"}, files
+
+
+_EPOCH_END_REPEATS = (
+    "Lightning saves a StatefulDataLoader's state at an epoch's end with its sampler's generator as it was when "
+    "that epoch began, and creates the next epoch's iterator from it before any callback hook runs: the "
+    "resumed run's next epoch repeats the finished epoch's order")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at, resumed_at", [
+    ([1, 4], "step 10 (epoch 1, batch 4)"),
+    pytest.param([1, 0], "step 6 (epoch 0, batch 6)",
+                 marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=_EPOCH_END_REPEATS))],
+                         ids=["mid-epoch", "epoch-start"])
+def test_killed_without_a_signal_resumes_bit_exactly_from_the_newest_checkpoint(tmp_path, ck_env, crash_at,
+                                                                                resumed_at):
+    """save_freq=4 (6 batches an epoch): saves at steps 4, 6 (the epoch's end) and 10. Killed in batch (1, 4)
+    before its save, the newest is step 10, mid-epoch; in batch (1, 0), the epoch-end one."""
+    common = dict(root=str(tmp_path / "root"), save_freq=4)
+    expected, _, _ = _run(ck_env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"), **common)
+    _run(ck_env, 3, dest=str(tmp_path / "run"), out=str(tmp_path / "cut.npz"), crash_at=crash_at, **common)
+    resumed, out, explain = _run(ck_env, dest=str(tmp_path / "run"), out=str(tmp_path / "resumed.npz"), **common)
+    assert f"resuming Lightning from {resumed_at}" in out, explain
+    assert _compare(tmp_path, "resumed") == [], explain
+    epoch, batch = (1, 4) if crash_at == [1, 4] else (1, 0)
+    assert resumed["seen"] == [s for s in expected["seen"] if (s[0], s[1]) >= (epoch, batch)], explain
 
 
 def test_deadline_stop_mid_epoch_then_a_fresh_process_resumes_bit_exactly(tmp_path, ck_env):
