@@ -143,8 +143,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="colabkit-torch-bench-") as tmp:
         tmp = Path(tmp)
         os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")   # local staging of our own
-        import colabkit
         from drive_mount import fuse_unavailable_reason, mounted_drive
+
+        import colabkit
         reason = "--no-mount" if args.no_mount else fuse_unavailable_reason()
         with contextlib.ExitStack() as stack:
             if reason is None:

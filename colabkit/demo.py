@@ -23,8 +23,9 @@ from .units import format_duration, parse_duration
 def _train_session(directory: str, cap: float | None, epochs: int, report: Path) -> None:
     """One session in its own process: build the model, fit with AutoResume, write what happened."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import numpy as np
     import keras
+    import numpy as np
+
     import colabkit
 
     keras.utils.set_random_seed(0)
@@ -51,6 +52,7 @@ def _train_session_torch(directory: str, cap: float | None, epochs: int, report:
     """The same session with a PyTorch loop: a shuffling DataLoader, dropout, Adam, colabkit.torch.AutoResume."""
     import numpy as np
     import torch
+
     import colabkit
 
     torch.set_num_threads(1)

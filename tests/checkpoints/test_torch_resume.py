@@ -143,7 +143,9 @@ def _dump(objects, out) -> dict:
 def ddp_worker(spec):
     """One rank of a ``torchrun --nproc_per_node=2`` run (gloo, CPU): DDP model, DistributedSampler."""
     import random
+
     import torch.distributed as dist
+
     import colabkit
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -291,6 +293,7 @@ def test_stateful_dataloader_over_an_iterable_dataset_resumes_at_its_position(tm
     """An IterableDataset cannot be skipped to a position; a StatefulDataLoader's state puts it there."""
     pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed (colabkit[torch])")
     from torchdata.stateful_dataloader import StatefulDataLoader
+
     import colabkit
     model, opt = _tiny()
     ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, save_freq=2, deadline=None)
@@ -331,6 +334,7 @@ def test_gan_with_two_optimizers_scheduler_and_grad_scaler_sigterm_resumes_bit_e
 @pytest.mark.subprocess_kill
 def test_kill_9_at_random_moments_never_restarts_from_zero_and_ends_bit_exactly(tmp_path, ck_env):
     import random
+
     from colabkit.checkpoints.folder import CheckpointFolder
     spec = dict(case="plain", save_freq=2, step_sleep=0.04)
     ref = _start(ck_env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"), **spec)
@@ -615,6 +619,7 @@ def test_user_objects_round_trip_bfloat16_int_keys_tuples_and_dtypes(tmp_path, c
 
 def test_a_loop_left_by_an_exception_leaves_no_signal_handler_acting(tmp_path, ck_env):
     import time
+
     import colabkit
     model, opt = _tiny()
     ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
