@@ -37,11 +37,18 @@ from .torch_state import (  # noqa: E402
     _decode,
     _encode,
     _encode_small,
+    _epoch_start_state,
     _fill,
     _host_dtype,
+    _loader_generators,
+    _positionable,
     _rng_state,
+    _set_epoch_start,
+    _set_generators,
     _set_rng,
+    _skip,
     _Spec,
+    _stateful,
 )
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
@@ -603,69 +610,3 @@ def _check_shapes(current, saved, where, mismatch):
         for key in current:
             if key in saved:
                 _check_shapes(current[key], saved[key], f"{where}.{key}" if where else str(key), mismatch)
-
-
-# -- RNG and the loader --------------------------------------------------------------------------------------
-
-
-
-def _loader_generators(loader) -> list:
-    """The torch.Generators that decide a DataLoader's shuffle order and worker seeds (its own, its sampler's),
-    each once."""
-    found = []
-    for owner in (loader, getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None),
-                                                                   "sampler", None)):
-        g = getattr(owner, "generator", None)
-        if isinstance(g, torch.Generator) and all(g is not other for other in found):
-            found.append(g)
-    return found
-
-
-def _epoch_start_state(generators) -> dict:
-    """What a DataLoader draws from when an epoch's iterator starts: the global torch RNG (the workers' base
-    seed and RandomSampler's permutation without a generator of their own) and the loader's generators."""
-    return {"torch": torch.get_rng_state().numpy().copy(),
-            "generators": [g.get_state().numpy().copy() for g in generators]}
-
-
-def _set_epoch_start(state: dict, generators) -> None:
-    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
-    _set_generators(state.get("generators") or [], generators)
-
-
-def _set_generators(saved: list, generators) -> None:
-    if len(saved) != len(generators):
-        log.warning("colabkit: the DataLoader has %d generators and the checkpoint %d; its shuffle order is not "
-                    "the saved one", len(generators), len(saved))
-        return
-    for g, s in zip(generators, saved):
-        g.set_state(torch.from_numpy(np.array(s, dtype=np.uint8)))
-
-
-def _stateful(loader) -> bool:
-    """A loader that saves and restores its own position (torchdata's StatefulDataLoader, or one like it)."""
-    return isinstance(loader, torch.utils.data.DataLoader) and callable(getattr(loader, "state_dict", None)) \
-        and callable(getattr(loader, "load_state_dict", None))
-
-
-def _positionable(loader) -> bool:
-    """Whether skipping k batches reaches the same position: a map-style DataLoader, or a re-iterable sized
-    collection (a fresh iterator starts from its first batch each time)."""
-    if isinstance(loader, torch.utils.data.DataLoader):
-        return not isinstance(loader.dataset, torch.utils.data.IterableDataset)
-    return hasattr(loader, "__len__") and iter(loader) is not loader
-
-
-def _skip(iterator, k: int) -> None:
-    """Advance ``iterator`` past ``k`` batches. A single-process DataLoader skips their indices without
-    loading them; with workers, each worker must load its batches again so that its RNG advances as it did."""
-    next_index = getattr(iterator, "_next_index", None)
-    single = type(iterator).__name__ == "_SingleProcessDataLoaderIter" and callable(next_index)
-    for _ in range(k):
-        try:
-            if single:
-                next_index()
-            else:
-                next(iterator)
-        except StopIteration:
-            return

@@ -38,13 +38,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
-from .torch import _loader_generators  # noqa: E402
 from .torch_state import (  # noqa: E402
     _copy_into,
     _decode,
     _encode,
     _fill,
     _host_dtype,
+    _loader_generators,
     _rng_state,
     _set_rng,
     _Spec,

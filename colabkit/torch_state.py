@@ -1,9 +1,11 @@
 """How colabkit stores PyTorch state: state dicts as a JSON tree whose tensors are NumPy arrays (copied once
-into reused host buffers), and the RNG states of torch, CUDA, NumPy and Python. Shared by `colabkit.torch`
-(AutoResume for plain loops) and `colabkit.torch_lightning` (Lightning's CheckpointIO). Nothing is pickled.
+into reused host buffers); the RNG states of torch, CUDA, NumPy and Python; and what puts a DataLoader back at
+its place (its generators, a StatefulDataLoader's state, skipping). Shared by `colabkit.torch` (AutoResume for
+plain loops) and `colabkit.torch_lightning` (Lightning's CheckpointIO and callback). Nothing is pickled.
 """
 from __future__ import annotations
 
+import logging
 import random
 
 import numpy as np
@@ -13,6 +15,8 @@ from .optional import require
 torch = require("torch", "torch", "colabkit.torch")
 
 from .checkpoints.api import CheckpointError  # noqa: E402
+
+log = logging.getLogger("colabkit")
 
 _TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: tensors, tuples, non-str-key dicts
 # dtypes NumPy has no equivalent for: stored as raw integers of the same width, the dtype named beside them
@@ -146,3 +150,67 @@ def _set_rng(state: dict):
     if state.get("cuda") and torch.cuda.is_available():
         for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):
             torch.cuda.set_rng_state(torch.from_numpy(np.array(s, dtype=np.uint8)), i)
+
+
+# -- the loader's position and shuffle order -----------------------------------------------------------------
+
+def _loader_generators(loader) -> list:
+    """The torch.Generators that decide a DataLoader's shuffle order and worker seeds (its own, its sampler's),
+    each once."""
+    found = []
+    for owner in (loader, getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None),
+                                                                   "sampler", None)):
+        g = getattr(owner, "generator", None)
+        if isinstance(g, torch.Generator) and all(g is not other for other in found):
+            found.append(g)
+    return found
+
+
+def _epoch_start_state(generators) -> dict:
+    """What a DataLoader draws from when an epoch's iterator starts: the global torch RNG (the workers' base
+    seed and RandomSampler's permutation without a generator of their own) and the loader's generators."""
+    return {"torch": torch.get_rng_state().numpy().copy(),
+            "generators": [g.get_state().numpy().copy() for g in generators]}
+
+
+def _set_epoch_start(state: dict, generators) -> None:
+    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
+    _set_generators(state.get("generators") or [], generators)
+
+
+def _set_generators(saved: list, generators) -> None:
+    if len(saved) != len(generators):
+        log.warning("colabkit: the DataLoader has %d generators and the checkpoint %d; its shuffle order is not "
+                    "the saved one", len(generators), len(saved))
+        return
+    for g, s in zip(generators, saved):
+        g.set_state(torch.from_numpy(np.array(s, dtype=np.uint8)))
+
+
+def _stateful(loader) -> bool:
+    """A loader that saves and restores its own position (torchdata's StatefulDataLoader, or one like it)."""
+    return isinstance(loader, torch.utils.data.DataLoader) and callable(getattr(loader, "state_dict", None)) \
+        and callable(getattr(loader, "load_state_dict", None))
+
+
+def _positionable(loader) -> bool:
+    """Whether skipping k batches reaches the same position: a map-style DataLoader, or a re-iterable sized
+    collection (a fresh iterator starts from its first batch each time)."""
+    if isinstance(loader, torch.utils.data.DataLoader):
+        return not isinstance(loader.dataset, torch.utils.data.IterableDataset)
+    return hasattr(loader, "__len__") and iter(loader) is not loader
+
+
+def _skip(iterator, k: int) -> None:
+    """Advance ``iterator`` past ``k`` batches. A single-process DataLoader skips their indices without
+    loading them; with workers, each worker must load its batches again so that its RNG advances as it did."""
+    next_index = getattr(iterator, "_next_index", None)
+    single = type(iterator).__name__ == "_SingleProcessDataLoaderIter" and callable(next_index)
+    for _ in range(k):
+        try:
+            if single:
+                next_index()
+            else:
+                next(iterator)
+        except StopIteration:
+            return
