@@ -119,9 +119,9 @@ def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(t
 
 
 _EPOCH_END_REPEATS = (
-    "Lightning saves a StatefulDataLoader's state at an epoch's end with its sampler's generator as it was when "
-    "that epoch began, and creates the next epoch's iterator from it before any callback hook runs: the "
-    "resumed run's next epoch repeats the finished epoch's order")
+    "resumed from an epoch's end, Lightning makes the next epoch's iterator (its order drawn from the loader's "
+    "freshly seeded generator) before any callback hook that can reach the loader runs: that epoch repeats the "
+    "first epoch's order")
 
 
 @pytest.mark.slow
