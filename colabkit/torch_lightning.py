@@ -221,6 +221,7 @@ class AutoResume(OnExceptionCheckpoint):
         self.stopped_for = None      # why training was stopped (a deadline, a signal), or None
         self.events = []             # (wall time, event, detail)
         self._pending_rng = None     # RNG states of the checkpoint being resumed, set before its next step
+        self._at_epoch_end = False   # saving at an epoch's end (the next epoch's order comes from the generators)
         self._epoch_generators = None   # (epoch, the train loader's generator states once the epoch drew from them)
         self._since_save, self._last_save_time = 0, time.time()
         self._interrupt = None
@@ -296,7 +297,25 @@ class AutoResume(OnExceptionCheckpoint):
 
     def on_train_epoch_end(self, trainer, pl_module):
         # as Lightning's default ModelCheckpoint would (this callback, a Checkpoint, takes its place)
-        self._save(trainer, "epoch")
+        self._at_epoch_end = True
+        try:
+            self._save(trainer, "epoch")
+        finally:
+            self._at_epoch_end = False
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        """Resumed from an epoch's end: Lightning makes the next epoch's iterator before any other hook that can
+        reach the loader, drawing its order from the loader's generator, which this process has just seeded.
+        Put the generators where the finished epoch left them first (a DataLoader passed to fit() directly)."""
+        mine = (checkpoint.get("callbacks") or {}).get(self.state_key) or {}
+        saved = mine.get("epoch_generators")
+        loader = getattr(getattr(trainer.fit_loop, "_data_source", None), "instance", None)
+        if not mine.get("epoch_end") or saved is None or not isinstance(loader, torch.utils.data.DataLoader):
+            return
+        generators = _loader_generators(loader)
+        if len(saved[1]) == len(generators):
+            for g, state in zip(generators, saved[1]):
+                g.set_state(torch.from_numpy(np.array(state, dtype=np.uint8)))
 
     def on_exception(self, trainer, pl_module, exception):
         # only a stop this callback did not see coming (Lightning's own SIGTERMException at an epoch's end)
@@ -310,7 +329,7 @@ class AutoResume(OnExceptionCheckpoint):
 
     def state_dict(self):
         epoch_generators = None if self._epoch_generators is None else list(self._epoch_generators)
-        return {"rng": _rng_state(), "epoch_generators": epoch_generators}
+        return {"rng": _rng_state(), "epoch_generators": epoch_generators, "epoch_end": self._at_epoch_end}
 
     def load_state_dict(self, state_dict):
         self._pending_rng = state_dict

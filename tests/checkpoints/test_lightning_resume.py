@@ -118,17 +118,10 @@ def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(t
     assert files <= {"arrays.npz", "state.json", "MANIFEST.json"}, files
 
 
-_EPOCH_END_REPEATS = (
-    "resumed from an epoch's end, Lightning makes the next epoch's iterator (its order drawn from the loader's "
-    "freshly seeded generator) before any callback hook that can reach the loader runs: that epoch repeats the "
-    "first epoch's order")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at, resumed_at", [
     ([1, 4], "step 10 (epoch 1, batch 4)"),
-    pytest.param([1, 0], "step 6 (epoch 0, batch 6)",
-                 marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=_EPOCH_END_REPEATS))],
+    ([1, 0], "step 6 (epoch 0, batch 6)")],
                          ids=["mid-epoch", "epoch-start"])
 def test_killed_without_a_signal_resumes_bit_exactly_from_the_newest_checkpoint(tmp_path, ck_env, crash_at,
                                                                                 resumed_at):
