@@ -197,7 +197,9 @@ class AutoResume(OnExceptionCheckpoint):
     Exact resume: the weights, optimizer, scheduler, loop counters (Lightning's) and the RNG states (this
     callback's, restored just before the first training step after the resume). The data position mid-epoch is
     exact with ``torchdata.stateful_dataloader.StatefulDataLoader`` (Lightning saves and loads its state); with a
-    plain DataLoader Lightning starts a fresh iterator, so the rest of that epoch sees other batches.
+    plain DataLoader Lightning starts a fresh iterator, so the rest of that epoch sees other batches. The
+    loader's generators are stored too: mid-epoch they go on as after that epoch's shuffle, and a resume from an
+    epoch's end sets them before the next epoch's order is drawn (for a loader passed to ``fit()`` directly).
     """
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
