@@ -33,6 +33,7 @@ from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .torch_state import (  # noqa: E402
+    Stopped,
     _copy_into,
     _decode,
     _encode,
@@ -62,11 +63,6 @@ _CLASS_CHECKED = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 # optimizer state entries shaped like their parameter (torch.optim's own optimizers)
 _PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg", "acc_delta",
                  "grad_avg")
-
-
-class Stopped(Exception):
-    """Training was stopped before a deadline (the runtime cap, the idle cutoff, a time budget) once its
-    checkpoint was saved. Re-running the cell resumes."""
 
 
 class AutoResume:

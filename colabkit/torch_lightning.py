@@ -30,7 +30,7 @@ from .optional import require
 torch = require("torch", "torch", "colabkit.torch_lightning")
 lightning = require("lightning", "lightning", "colabkit.torch_lightning")
 
-from lightning.pytorch.callbacks import OnExceptionCheckpoint  # noqa: E402
+from lightning.pytorch.callbacks import ModelCheckpoint, OnExceptionCheckpoint  # noqa: E402
 from lightning.pytorch.plugins.io import CheckpointIO as _LightningCheckpointIO  # noqa: E402
 from lightning.pytorch.plugins.io import TorchCheckpointIO  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
@@ -39,6 +39,7 @@ from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .torch_state import (  # noqa: E402
+    Stopped,
     _copy_into,
     _decode,
     _encode,
@@ -56,11 +57,6 @@ log = logging.getLogger("colabkit")
 FORMAT = "colabkit.lightning/1"
 POINTER = "colabkit.lightning.pointer/1"   # the local file ckpt_path="last" resolves to: a pointer, no state
 FINAL_WAIT_FLOOR_S = 60.0
-
-
-class Stopped(Exception):
-    """Training was stopped before a deadline (the runtime cap, the idle cutoff) after its checkpoint was saved.
-    Re-running the cell (``trainer.fit(..., ckpt_path="last")``) resumes."""
 
 
 class CheckpointIO(_LightningCheckpointIO):
@@ -159,7 +155,12 @@ class CheckpointIO(_LightningCheckpointIO):
     def write_pointer(self) -> None:
         """Keep the pointer that ``ckpt_path="last"`` resolves to: present exactly when the store holds a
         committed checkpoint (or this process has saved one)."""
-        has = self.last_step is not None or bool(self.checkpoints.list())
+        try:
+            has = self.last_step is not None or bool(self.checkpoints.list())
+        except OSError as e:   # Drive unreadable for a moment: the pointer stays as it is
+            log.warning("colabkit: could not list %s (%s); the ckpt_path=\"last\" pointer is left as it was",
+                        self.directory, e)
+            return
         if has:
             self.pointer.parent.mkdir(parents=True, exist_ok=True)
             self.pointer.write_text(json.dumps({"format": POINTER, "directory": str(self.directory)}))
@@ -189,8 +190,9 @@ class AutoResume(OnExceptionCheckpoint):
     and it refuses). It is a ``Checkpoint`` callback, so Lightning adds no default ``ModelCheckpoint``: it saves at
     each training epoch's end itself, and after a batch's step (``on_train_batch_end``) when one is due. On SIGTERM or an interrupt,
     the checkpoint is saved and committed, then SIGTERM ends training with Lightning's ``SIGTERMException`` (exit
-    status 143) and an interrupt raises KeyboardInterrupt; before a deadline that ends training, it saves,
-    commits and raises `Stopped`. After such a stop no other save is taken (so the end of a partial epoch is
+    status 143); on an interrupt (the notebook's stop button) and before a deadline that ends training, it saves,
+    commits and raises `Stopped` (one line in a notebook). Not KeyboardInterrupt: Lightning answers that with
+    ``sys.exit(1)`` and leaves SIGINT ignored; a second press before the save is done does just that. After such a stop no other save is taken (so the end of a partial epoch is
     never recorded as a finished one). Exceptions of other kinds save nothing: the newest committed checkpoint
     stays the one to resume.
 
@@ -236,6 +238,21 @@ class AutoResume(OnExceptionCheckpoint):
 
     # -- Lightning hooks -----------------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage):
+        if trainer.world_size > 1:
+            # each rank would decide on its own clock when a deadline/every/signal save is due, and
+            # trainer.save_checkpoint ends in a barrier: ranks that disagree would hang
+            raise ValueError(f"colabkit.torch_lightning.AutoResume runs in one process; this trainer has "
+                             f"world_size={trainer.world_size} (strategy {type(trainer.strategy).__name__}). Train "
+                             f"with devices=1 (and num_nodes=1), or use colabkit.torch.AutoResume in a plain "
+                             f"PyTorch loop, which agrees every save across ranks under torchrun.")
+        others = [type(c).__name__ for c in trainer.callbacks if isinstance(c, ModelCheckpoint)]
+        if others:
+            # its files would live in the store, not at its dirpath: best_model_path and ckpt_path="best" break
+            raise ValueError(f"the trainer has a {others[0]} callback beside colabkit.torch_lightning.AutoResume, "
+                             f"which stores every checkpoint in {self.directory} and saves at each epoch's end "
+                             f"itself. Remove the ModelCheckpoint from Trainer(callbacks=...); to keep a best "
+                             f"model, save its weights yourself (torch.save(model.state_dict(), ...)) when the "
+                             f"metric improves.")
         current = trainer.strategy._checkpoint_io
         if current is not None and current is not self.checkpoint_io and type(current) is not TorchCheckpointIO:
             raise ValueError(f"the trainer already has a CheckpointIO plugin ({type(current).__name__}); "
@@ -280,7 +297,9 @@ class AutoResume(OnExceptionCheckpoint):
             self._restore_signal_handlers()
             if name == "SIGTERM":
                 raise SIGTERMException(128 + signal.SIGTERM)
-            raise KeyboardInterrupt("training interrupted; the last checkpoint was committed first")
+            # not KeyboardInterrupt: Lightning turns that into sys.exit(1) and leaves SIGINT ignored afterwards
+            raise Stopped(f"{name} received: saved step {trainer.global_step} and stopped training. Re-run this "
+                          f"cell (trainer.fit(..., ckpt_path=\"last\")) to resume.")
         deadline = self._watch.due(self.checkpoint_io.estimated_save_s()) if self._watch is not None else None
         if deadline is not None:
             self._watch.mark_handled(deadline)

@@ -20,7 +20,18 @@ log = logging.getLogger("colabkit")
 
 _TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: tensors, tuples, non-str-key dicts
 # dtypes NumPy has no equivalent for: stored as raw integers of the same width, the dtype named beside them
-_RAW_VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+_RAW_VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "float8_e4m3fnuz": "uint8",
+             "float8_e5m2fnuz": "uint8", "float8_e8m0fnu": "uint8", "float4_e2m1fn_x2": "uint8",
+             "complex32": "int32"}
+
+
+class Stopped(Exception):
+    """Training was stopped before a deadline (the runtime cap, the idle cutoff, a time budget) once its
+    checkpoint was saved and committed. Re-running the cell resumes. One class for `colabkit.torch` and
+    `colabkit.torch_lightning`. In IPython it shows as one line, not a traceback."""
+
+    def _render_traceback_(self):   # IPython's hook: the message is the whole story (what was saved, what to do)
+        return [f"colabkit.Stopped: {self}"]
 
 
 class _Spec:
@@ -33,7 +44,12 @@ class _Spec:
 
 def _host_dtype(tensor) -> np.dtype:
     name = str(tensor.dtype).removeprefix("torch.")
-    return np.dtype(_RAW_VIEW.get(name, name))
+    try:
+        return np.dtype(_RAW_VIEW.get(name, name))
+    except TypeError:
+        raise CheckpointError(f"a tensor of dtype torch.{name} cannot be stored (NumPy has no such dtype and colabkit "
+                              f"has no raw form for it); convert it (tensor.to(torch.float32)) in state_dict(). "
+                              f"Nothing was saved.") from None
 
 
 def _copy_into(buffer: np.ndarray, tensor) -> None:

@@ -64,7 +64,7 @@ def worker(spec):
             if [trainer.current_epoch, batch_idx] == spec.get("sigterm_at"):
                 os.kill(os.getpid(), signal.SIGTERM)
             if [trainer.current_epoch, batch_idx] == spec.get("crash_at"):
-                ar.checkpoint_io.checkpoints.wait(30)
+                assert ar.checkpoint_io.checkpoints.wait(120)
                 os._exit(3)   # no signal, no save: a reclaimed VM
 
     trainer = L.Trainer(accelerator="cpu", max_epochs=3, enable_progress_bar=False, logger=False,
@@ -214,6 +214,75 @@ def test_bad_arguments_name_the_value(tmp_path, ck_env):
         colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=0)
     with pytest.raises(ValueError, match="every='soon' is invalid"):
         colabkit.torch_lightning.AutoResume(tmp_path / "run", every="soon")
+
+
+def test_a_trainer_of_several_processes_is_refused_before_training(tmp_path, ck_env):
+    import lightning as L
+
+    import colabkit
+    model, loader = _build({})
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
+    trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_epochs=1, logger=False,
+                        enable_progress_bar=False, default_root_dir=str(tmp_path / "root"), callbacks=[ar])
+    assert trainer.world_size == 2
+    with pytest.raises(ValueError, match=r"one process.*world_size=2"):
+        ar.setup(trainer, model, "fit")   # what fit() calls on each rank once the processes are up
+
+
+def test_a_model_checkpoint_beside_autoresume_is_refused_with_what_to_do(tmp_path, ck_env):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    import colabkit
+    model, loader = _build({})
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
+    trainer = _trainer(tmp_path, ar, max_epochs=1)
+    trainer.callbacks.append(ModelCheckpoint(dirpath=str(tmp_path / "mc"), monitor=None))
+    with pytest.raises(ValueError, match="ModelCheckpoint.*AutoResume"):
+        trainer.fit(model, loader)
+    assert colabkit.Checkpoints(tmp_path / "run").list() == []
+
+
+def test_a_drive_that_cannot_be_listed_does_not_break_the_callback(tmp_path, ck_env, monkeypatch, caplog):
+    import colabkit
+    from colabkit.checkpoints.api import Checkpoints
+
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
+    ar.checkpoint_io.last_step = None
+    ar.checkpoint_io.pointer.parent.mkdir(parents=True, exist_ok=True)
+    ar.checkpoint_io.pointer.write_text("kept")
+
+    def unreadable(self, *a, **k):
+        raise OSError(107, "Transport endpoint is not connected")
+
+    monkeypatch.setattr(Checkpoints, "list", unreadable)
+    colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)   # construction survives the blip
+    ar.checkpoint_io.write_pointer()
+    assert ar.checkpoint_io.pointer.read_text() == "kept"                 # the pointer is left as it was
+    assert "Transport endpoint" in caplog.text
+
+
+def test_the_interrupt_button_saves_then_stops_with_one_line_and_leaves_sigint_working(tmp_path, ck_env):
+    """Lightning turns a KeyboardInterrupt into sys.exit(1) and leaves SIGINT ignored (the notebook's stop
+    button would do nothing afterwards); the callback stops with Stopped instead, after its save."""
+    import lightning as L
+
+    import colabkit
+    model, loader = _build({})
+
+    class Press(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if (trainer.current_epoch, batch_idx) == (0, 2):
+                os.kill(os.getpid(), signal.SIGINT)
+
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None, verbose=0)
+    trainer = _trainer(tmp_path, ar, max_epochs=1)
+    trainer.callbacks.insert(0, Press())
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(colabkit.torch_lightning.Stopped, match="SIGINT received: saved step 3.*Re-run") as info:
+        trainer.fit(model, loader)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert info.value._render_traceback_() == [f"colabkit.Stopped: {info.value}"]
+    assert [(c.step, c.batch) for c in colabkit.Checkpoints(tmp_path / "run").list()] == [(3, 3)]
 
 
 def main():

@@ -710,3 +710,52 @@ def test_a_load_that_fails_after_others_loaded_puts_every_object_back(tmp_path, 
 if __name__ == "__main__":
     _spec = json.loads(sys.argv[1])
     ddp_worker(_spec) if _spec.get("ddp") else worker(_spec)
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "complex32", "uint16"])
+def test_tensors_of_dtypes_numpy_lacks_round_trip_bit_exactly(tmp_path, ck_env, dtype):
+    import colabkit
+    source = torch.arange(6, dtype=torch.float32) / 4
+    if dtype == "complex32":
+        source = source.to(torch.complex64)
+    value = source.to(getattr(torch, dtype))
+
+    class Holder:
+        def __init__(self, t):
+            self.t = t
+
+        def state_dict(self):
+            return {"t": self.t}
+
+        def load_state_dict(self, state):
+            self.t = state["t"]
+
+    ar = colabkit.torch.AutoResume(tmp_path / "run", holder=Holder(value), deadline=None, verbose=0)
+    ar.save(wait=True)
+    ar.close()
+    back = Holder(torch.zeros_like(value))
+    colabkit.torch.AutoResume(tmp_path / "run", holder=back, deadline=None, verbose=0)
+    assert back.t.dtype == value.dtype
+    assert back.t.view(torch.uint8).tolist() == value.view(torch.uint8).tolist()
+
+
+def test_the_plain_loop_and_the_lightning_stopped_are_one_class():
+    pytest.importorskip("lightning")
+    import colabkit
+    assert colabkit.torch.Stopped is colabkit.torch_lightning.Stopped
+
+
+def test_an_uncaught_stopped_shows_one_line_in_a_real_ipython_shell(ck_env):
+    script = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "shell.run_cell('import colabkit.torch\\n'\n"
+        "               'def fit():\\n'\n"
+        "               '    raise colabkit.torch.Stopped(\"the time budget is 59s away: saved step 41 ... '\n"
+        "               'Re-run this cell to resume.\")\\n'\n"
+        "               'fit()')\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=ck_env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    shown = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert shown == ["colabkit.Stopped: the time budget is 59s away: saved step 41 ... Re-run this cell to resume."], \
+        proc.stdout + proc.stderr
