@@ -439,12 +439,30 @@ class AutoResume:
         # a distributed run: every rank takes part in the gather at every call, whatever it saved before (only
         # rank 0 knows whether its last periodic save was taken or put off for busy buffers)
         ranks = self._rank_states() if self._dist is not None else None
+        ok, error = True, None
+        if self._rank == 0 and not taken:
+            try:
+                ok = self._write(reason, wait, event, ranks)
+            except Exception as e:
+                if self._dist is None:
+                    raise
+                error = e
+        if self._dist is not None:
+            # rank 0's save failing must stop every rank here, not leave the others in the next collective
+            (failed,) = self._all_reduce([int(error is not None)])
+            if error is not None:
+                raise error
+            if failed:
+                raise CheckpointError(f"rank 0 could not save step {self.step} (epoch {self.epoch}, batch "
+                                      f"{self.batch}) to {self.directory}; its error is in rank 0's output. "
+                                      f"Training stopped on every rank.")
         if self._rank != 0:   # rank 0 holds the same model state and writes it
             self._last_saved = (self.step, self.epoch, self.batch)
             self._since_save, self._last_save_time = 0, time.time()
-            return True
-        if taken:
-            return True
+        return ok
+
+    def _write(self, reason, wait, event, ranks) -> bool:
+        """Rank 0 (or the only process): copy the state into host buffers and hand it to the store."""
         taken = self._state(periodic=reason in ("save_freq", "every"), ranks=ranks)
         if taken is None:
             return False

@@ -169,6 +169,8 @@ def ddp_worker(spec):
                 os.kill(os.getpid(), signal.SIGTERM)   # one rank is told to stop: both must, at the same batch
             if [epoch, ar.batch] == spec.get("manual_save_at"):
                 ar.save()   # every rank calls it, as the docs say
+            if rank == 0 and [epoch, ar.batch] == spec.get("unstorable_at"):
+                ar.state[(1, 2)] = "a tuple key"   # rank 0's next save raises CheckpointError; rank 1's has nothing to write
     _dump({"model": model.module, "opt": opt}, f"{spec['out']}.{rank}.npz")
     if rank == 0:
         print("RESULT " + json.dumps({"restored": None if ar.restored is None else
@@ -408,6 +410,24 @@ def test_torchrun_manual_save_after_rank_0_skipped_a_busy_periodic_save_does_not
     import colabkit
     steps = [c.step for c in colabkit.Checkpoints(tmp_path / "run").list()]
     assert steps[-1] == 12, steps
+
+
+@pytest.mark.slow
+def test_torchrun_a_save_that_fails_on_rank_0_raises_on_every_rank(tmp_path, ck_env):
+    """Rank 0 alone writes; when its save raises, rank 1 must not go on into the next batch's collective (a
+    hang under mp.spawn or in a notebook): it raises too, naming rank 0's error."""
+    env = {**ck_env, "OMP_NUM_THREADS": "1"}
+    proc = _torchrun(env, dest=str(tmp_path / "run"), out=str(tmp_path / "out"), unstorable_at=[0, 1],
+                     start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the run hung after rank 0's failed save\n{stdout}\n{stderr[-3000:]}")
+    assert proc.returncode != 0
+    assert "cannot be stored" in stderr, stderr[-3000:]                       # rank 0's own error
+    assert "rank 0 could not save step 2" in stderr, stderr[-3000:]           # and rank 1's, naming it
 
 
 # -- in-process: the store's contents and bad input --------------------------------------------------------
