@@ -67,6 +67,8 @@ def _train_session_torch(directory: str, cap: float | None, epochs: int, report:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     ar = colabkit.torch.AutoResume(directory, model=model, opt=opt, save_freq=100, deadline=cap,
                                    deadline_margin="1s", verbose=0)
+    # session 1 stands for a bigger model: paced so that its epochs outlast the cap on any machine, however fast
+    pace = 2 * cap / (epochs * len(loader)) if cap else 0.0
     started, finished = time.time(), False
     try:
         for _ in ar.epochs(epochs):
@@ -75,6 +77,8 @@ def _train_session_torch(directory: str, cap: float | None, epochs: int, report:
                 opt.zero_grad()
                 torch.nn.functional.binary_cross_entropy_with_logits(model(xb), yb).backward()
                 opt.step()
+                if pace:
+                    time.sleep(pace)
         finished = True
     except colabkit.torch.Stopped:
         pass

@@ -195,7 +195,7 @@ def worker(spec):
             if [epoch, index] == spec.get("sigterm_at"):
                 os.kill(os.getpid(), signal.SIGTERM)
             if [epoch, index] == spec.get("crash_at"):
-                ar.checkpoints.wait(30)
+                assert ar.checkpoints.wait(120)   # a late commit would move the resume point
                 os._exit(3)   # no save, no cleanup: the resume starts from the last periodic checkpoint
         end_of_epoch()
     plain = _dump(objects, spec["out"])
