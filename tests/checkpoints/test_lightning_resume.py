@@ -153,6 +153,19 @@ def test_deadline_stop_mid_epoch_then_a_fresh_process_resumes_bit_exactly(tmp_pa
     assert _compare(tmp_path, "resumed") == [], explain
 
 
+def test_a_fresh_vm_with_the_local_cache_gone_resumes_from_drive(tmp_path, ck_env):
+    """Colab's case: the VM is replaced, so the local staging folder (and the ckpt_path="last" pointer beside
+    it) is gone and only Drive holds the run; a new cache dir stands for the new VM."""
+    common = {"root": str(tmp_path / "root")}
+    _run(ck_env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"), **common)
+    cut, _, explain = _run(ck_env, dest="drive:runs/lit", out=str(tmp_path / "cut.npz"), deadline="1s", **common)
+    assert cut["step"] == 1 and cut["stopped"], explain
+    new_vm = {**ck_env, "XDG_CACHE_HOME": str(tmp_path / "new-vm-cache")}
+    _, out, explain = _run(new_vm, dest="drive:runs/lit", out=str(tmp_path / "resumed.npz"), **common)
+    assert "resuming Lightning from step 1 (epoch 0, batch 1)" in out, explain
+    assert _compare(tmp_path, "resumed") == [], explain
+
+
 def _trainer(tmp_path, ar, **kw):
     import lightning as L
     return L.Trainer(accelerator="cpu", max_epochs=kw.pop("max_epochs", 2), enable_progress_bar=False, logger=False,
