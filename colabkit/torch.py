@@ -10,9 +10,9 @@
 Everything passed by name with ``state_dict()`` / ``load_state_dict()`` (modules, optimizers, LR schedulers,
 ``torch.amp.GradScaler``, your own objects) is saved and restored, with ``ar.state`` (values of your own:
 JSON-able, tensors, NumPy arrays), the step and epoch counters, the RNG states (torch CPU and CUDA, NumPy,
-Python) and the DataLoader's position and shuffle order. In a distributed run (torchrun) rank 0 writes and every rank restores its own RNG
-states from the same checkpoint. Checkpoints go through `colabkit.Checkpoints`: tensors are stored as NumPy arrays
-in ``.npz`` with a JSON tree; nothing is unpickled on restore.
+Python) and the DataLoader's position and shuffle order. In a distributed run (torchrun) rank 0 writes and
+every rank restores its own RNG states from the same checkpoint. Checkpoints go through `colabkit.Checkpoints`:
+tensors are stored as NumPy arrays in ``.npz`` with a JSON tree; nothing is unpickled on restore.
 """
 from __future__ import annotations
 
@@ -87,10 +87,13 @@ class AutoResume:
     notebook's stop button): then the checkpoint is committed, and the signal is passed on (SIGTERM ends the
     process as it would have; SIGINT raises KeyboardInterrupt). A deadline that ends training raises `Stopped`
     from ``ar.batches()`` after its save is committed: the code after the inner loop (per-epoch validation,
-    logging, ``sched.step()``) never runs on a partial epoch, and neither do the notebook's later cells. The objects are restored when AutoResume is created (before that, every saved value is
-    checked against the objects: a checkpoint from another model raises CheckpointError and changes nothing; a
-    load_state_dict that fails still puts every object back as it was, then raises CheckpointError);
-    the RNG states when the loops reach the saved position.
+    logging, ``sched.step()``) never runs on a partial epoch, and neither do the notebook's later cells (in
+    IPython it shows as one line). Under DDP, a save that fails on rank 0 raises on every rank.
+
+    The objects are restored when AutoResume is created (before that, every saved value is checked against the
+    objects: a checkpoint from another model raises CheckpointError and changes nothing; a load_state_dict that
+    fails still puts every object back as it was, then raises CheckpointError); the RNG states when the loops
+    reach the saved position.
     """
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,

@@ -5,7 +5,7 @@
     trainer.fit(model, train_loader, ckpt_path="last")   # resumes from the newest committed checkpoint
 
 The callback installs its ``CheckpointIO`` (``ar.checkpoint_io``) in the trainer, so every save Lightning makes
-(``ModelCheckpoint``, ``trainer.save_checkpoint``, the callback's own) goes through `colabkit.Checkpoints`: the
+(``trainer.save_checkpoint``, the callback's own) goes through `colabkit.Checkpoints`: the
 commit protocol, Drive locations, background upload, retention (``keep``). Lightning's checkpoint dict is stored
 as JSON with its tensors as NumPy arrays (``.npz``); nothing is unpickled on restore. The callback adds saves every
 ``save_freq`` batches and ``every`` interval, deadline saves (runtime cap, idle cutoff), and saves on SIGTERM and
@@ -47,6 +47,7 @@ from .torch_state import (  # noqa: E402
     _host_dtype,
     _loader_generators,
     _rng_state,
+    _set_generators,
     _set_rng,
     _Spec,
 )
@@ -71,8 +72,8 @@ class CheckpointIO(_LightningCheckpointIO):
     the last good checkpoint before a newer one is committed.
     """
 
-    def __init__(self, directory, *, keep=None, keep_every=None, local_dir=None, resume_from=None):
-        self.directory = directory
+    def __init__(self, directory, *, keep=None, keep_every=None, local_dir=None, resume_from=None, verbose=1):
+        self.directory, self.verbose = directory, verbose
         self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
                                        resume_from=resume_from)
         self.pointer = _pointer_path(self.checkpoints)
@@ -168,8 +169,7 @@ class CheckpointIO(_LightningCheckpointIO):
             self.pointer.unlink(missing_ok=True)
 
     def _say(self, message):
-        log.info("colabkit: %s", message)
-        print(f"colabkit: {message}", flush=True)
+        _say(message, self.verbose)
 
 
 class AutoResume(OnExceptionCheckpoint):
@@ -187,19 +187,23 @@ class AutoResume(OnExceptionCheckpoint):
         verbose: 1 prints one line per resume/stop; 0 is silent (logging still records).
 
     The callback installs ``self.checkpoint_io`` in the trainer (pass your own ``CheckpointIO`` of another kind
-    and it refuses). It is a ``Checkpoint`` callback, so Lightning adds no default ``ModelCheckpoint``: it saves at
-    each training epoch's end itself, and after a batch's step (``on_train_batch_end``) when one is due. On SIGTERM or an interrupt,
-    the checkpoint is saved and committed, then SIGTERM ends training with Lightning's ``SIGTERMException`` (exit
-    status 143); on an interrupt (the notebook's stop button) and before a deadline that ends training, it saves,
-    commits and raises `Stopped` (one line in a notebook). Not KeyboardInterrupt: Lightning answers that with
-    ``sys.exit(1)`` and leaves SIGINT ignored; a second press before the save is done does just that. After such a stop no other save is taken (so the end of a partial epoch is
-    never recorded as a finished one). Exceptions of other kinds save nothing: the newest committed checkpoint
-    stays the one to resume.
+    and it refuses). It is a ``Checkpoint`` callback, so Lightning adds no default ``ModelCheckpoint``: it saves
+    at each training epoch's end itself, and after a batch's step (``on_train_batch_end``) when one is due. A
+    ``ModelCheckpoint`` of your own beside it is refused (its files would be in the store, not at its path), and
+    so is a trainer of several processes (``world_size > 1``: the ranks would not agree when to save).
+
+    On SIGTERM the checkpoint is saved and committed, then training ends with Lightning's ``SIGTERMException``
+    (exit status 143). On an interrupt (the notebook's stop button) and before a deadline that ends training, it
+    saves, commits and raises `Stopped` (one line in a notebook). Not KeyboardInterrupt: Lightning answers that
+    with ``sys.exit(1)`` and leaves SIGINT ignored; a second press before the save is done does just that. After
+    such a stop no other save is taken (so the end of a partial epoch is never recorded as a finished one).
+    Exceptions of other kinds save nothing: the newest committed checkpoint stays the one to resume.
 
     Exact resume: the weights, optimizer, scheduler, loop counters (Lightning's) and the RNG states (this
-    callback's, restored just before the first training step after the resume). The data position mid-epoch is
-    exact with ``torchdata.stateful_dataloader.StatefulDataLoader`` (Lightning saves and loads its state); with a
-    plain DataLoader Lightning starts a fresh iterator, so the rest of that epoch sees other batches. The
+    callback's, restored just before the first training step after the resume; Lightning has fetched the first
+    batch by then, so what that fetch draws from the global RNGs, random augmentation say, is fresh). The data
+    position mid-epoch is exact with ``torchdata.stateful_dataloader.StatefulDataLoader`` (Lightning saves and
+    loads its state); with a plain DataLoader Lightning starts a fresh iterator, so the rest of that epoch sees other batches. The
     loader's generators are stored too: mid-epoch they go on as after that epoch's shuffle, and a resume from an
     epoch's end sets them before the next epoch's order is drawn (for a loader passed to ``fit()`` directly).
     """
@@ -216,7 +220,7 @@ class AutoResume(OnExceptionCheckpoint):
                 raise ValueError(f"every={every!r} is invalid: pass None or {DURATION_FORMS}.") from None
         watch_for(deadline, started_at=time.time())   # validate it now, not at the first batch
         self.checkpoint_io = CheckpointIO(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
-                                          resume_from=resume_from)
+                                          resume_from=resume_from, verbose=verbose)
         pointer = self.checkpoint_io.pointer
         super().__init__(dirpath=str(pointer.parent), filename=pointer.stem)
         self.directory, self.save_freq, self.every, self.verbose = directory, save_freq, every, verbose
@@ -266,7 +270,8 @@ class AutoResume(OnExceptionCheckpoint):
         self._since_save, self._last_save_time = 0, time.time()
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         loader = getattr(trainer, "train_dataloader", None)
-        if loader is not None and not callable(getattr(loader, "state_dict", None)) and self._resumed_mid_epoch(trainer):
+        stateless = loader is not None and not callable(getattr(loader, "state_dict", None))
+        if stateless and self._resumed_mid_epoch(trainer):
             self._say(f"the training DataLoader ({type(loader).__name__}) has no state_dict: Lightning resumes this "
                       f"epoch from a fresh iterator, so its remaining batches are not the uninterrupted run's. Use "
                       f"torchdata.stateful_dataloader.StatefulDataLoader for an exact mid-epoch resume.")
@@ -282,9 +287,8 @@ class AutoResume(OnExceptionCheckpoint):
             saved = pending.get("epoch_generators")
             # resumed mid-epoch: the loader's position is Lightning's (a StatefulDataLoader's state), and its
             # generators go on as they were after this epoch's shuffle, so the next epoch's order is the same
-            if saved is not None and saved[0] == trainer.current_epoch and len(saved[1]) == len(generators):
-                for g, state in zip(generators, saved[1]):
-                    g.set_state(torch.from_numpy(np.array(state, dtype=np.uint8)))
+            if saved is not None and saved[0] == trainer.current_epoch:
+                _set_generators(saved[1], generators)
         if self._epoch_generators is None or self._epoch_generators[0] != trainer.current_epoch:
             # the epoch's iterator has drawn its order (and its workers' seed) from them by now
             self._epoch_generators = (trainer.current_epoch, [g.get_state().numpy().copy() for g in generators])
@@ -333,10 +337,7 @@ class AutoResume(OnExceptionCheckpoint):
         loader = getattr(getattr(trainer.fit_loop, "_data_source", None), "instance", None)
         if not mine.get("epoch_end") or saved is None or not isinstance(loader, torch.utils.data.DataLoader):
             return
-        generators = _loader_generators(loader)
-        if len(saved[1]) == len(generators):
-            for g, state in zip(generators, saved[1]):
-                g.set_state(torch.from_numpy(np.array(state, dtype=np.uint8)))
+        _set_generators(saved[1], _loader_generators(loader))
 
     def on_exception(self, trainer, pl_module, exception):
         # only a stop this callback did not see coming (Lightning's own SIGTERMException at an epoch's end)
@@ -385,9 +386,7 @@ class AutoResume(OnExceptionCheckpoint):
         return trainer.fit_loop.restarting and progress.current.completed > 0
 
     def _say(self, message):
-        log.info("colabkit: %s", message)
-        if self.verbose:
-            print(f"colabkit: {message}", flush=True)
+        _say(message, self.verbose)
 
     # -- signals ---------------------------------------------------------------------------------------------
     def _install_signal_handlers(self):
@@ -421,6 +420,12 @@ class AutoResume(OnExceptionCheckpoint):
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+def _say(message, verbose):
+    log.info("colabkit: %s", message)
+    if verbose:
+        print(f"colabkit: {message}", flush=True)
+
 
 def _pointer_path(checkpoints) -> Path:
     """A local file per destination, beside the store's local staging folder (a fresh VM has none until the

@@ -233,7 +233,7 @@ def test_a_trainer_of_several_processes_is_refused_before_training(tmp_path, ck_
     import lightning as L
 
     import colabkit
-    model, loader = _build({})
+    model, _ = _build({})
     ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
     trainer = L.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_epochs=1, logger=False,
                         enable_progress_bar=False, default_root_dir=str(tmp_path / "root"), callbacks=[ar])
