@@ -32,6 +32,7 @@ _LAZY = {
     "monitor": ("colabkit.health", "monitor"),   # training health for custom loops (Keras: keras.Monitor)
     "health": ("colabkit.health", None),
     "torch": ("colabkit.torch", None),
+    "torch_lightning": ("colabkit.torch_lightning", None),
     "keepalive": ("colabkit.keepalive", None),   # a callable module: colabkit.keepalive("60s")
     "presence": ("colabkit.presence", None),     # a callable module: colabkit.presence()
     "widgets": ("colabkit.widgets", None),

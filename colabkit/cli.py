@@ -24,7 +24,7 @@ def _cmd_config(args) -> int:
 
 def _cmd_demo(args) -> int:
     from .demo import run_demo
-    run_demo(cap=args.cap, epochs=args.epochs, directory=args.dir)
+    run_demo(cap=args.cap, epochs=args.epochs, directory=args.dir, framework=args.framework)
     return 0
 
 
@@ -83,13 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="print the effective settings and where each came from")
     p.set_defaults(func=_cmd_config)
 
-    p = sub.add_parser("demo", help="train a small Keras model through a simulated session cap, then resume it",
+    p = sub.add_parser("demo", help="train a small Keras (or PyTorch) model through a simulated session cap, "
+                                    "then resume it",
                        description="Session 1 trains with AutoResume until a simulated runtime cap, saves and "
                                    "stops; the local disk is wiped as on a reclaimed VM; session 2 resumes from "
                                    "the drive root and finishes. Prints a timeline.")
     p.add_argument("--cap", default="8s", help="the simulated session cap (default: 8s)")
     p.add_argument("--epochs", type=int, default=30, help="epochs to train in total (default: 30)")
     p.add_argument("--dir", help='checkpoint location (default: "drive:colabkit-demo/run-<time>")')
+    p.add_argument("--framework", choices=["keras", "torch"], default="keras",
+                   help="keras: colabkit.keras.AutoResume in model.fit; torch: colabkit.torch.AutoResume in a "
+                        "plain PyTorch loop (default: keras)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("checkpoints", help="list the committed checkpoints in a folder, optionally verifying them")

@@ -1,4 +1,5 @@
-"""`colabkit demo`: a Keras run cut by a (simulated) session cap, then resumed on a fresh "VM".
+"""`colabkit demo`: a Keras (or, with ``--framework torch``, a PyTorch) run cut by a (simulated) session cap,
+then resumed on a fresh "VM".
 
 Session 1 trains with AutoResume until the cap is near, saves and stops. Then the local disk is wiped,
 as when Colab reclaims a VM (Drive survives). Session 2, a new process, resumes from Drive and finishes.
@@ -22,8 +23,9 @@ from .units import format_duration, parse_duration
 def _train_session(directory: str, cap: float | None, epochs: int, report: Path) -> None:
     """One session in its own process: build the model, fit with AutoResume, write what happened."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import numpy as np
     import keras
+    import numpy as np
+
     import colabkit
 
     keras.utils.set_random_seed(0)
@@ -46,10 +48,60 @@ def _train_session(directory: str, cap: float | None, epochs: int, report: Path)
         "steps": auto._step}))
 
 
-def _run_session(directory, cap, epochs, workdir: Path, n: int) -> dict:
+def _train_session_torch(directory: str, cap: float | None, epochs: int, report: Path) -> None:
+    """The same session with a PyTorch loop: a shuffling DataLoader, dropout, Adam, colabkit.torch.AutoResume."""
+    import numpy as np
+    import torch
+
+    import colabkit
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    rng = np.random.RandomState(0)
+    x = torch.from_numpy(rng.normal(size=(12000, 32)).astype("float32"))
+    y = ((x[:, :16] ** 2).sum(1) > (x[:, 16:] ** 2).sum(1)).float().unsqueeze(1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[:10000], y[:10000]), batch_size=32,
+                                         shuffle=True, generator=torch.Generator().manual_seed(1))
+    model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+                                torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ar = colabkit.torch.AutoResume(directory, model=model, opt=opt, save_freq=100, deadline=cap,
+                                   deadline_margin="1s", verbose=0)
+    # session 1 stands for a bigger model: paced so that its epochs outlast the cap on any machine, however fast
+    pace = 2 * cap / (epochs * len(loader)) if cap else 0.0
+    started, finished = time.time(), False
+    try:
+        for _ in ar.epochs(epochs):
+            model.train()
+            for xb, yb in ar.batches(loader):
+                opt.zero_grad()
+                torch.nn.functional.binary_cross_entropy_with_logits(model(xb), yb).backward()
+                opt.step()
+                if pace:
+                    time.sleep(pace)
+        finished = True
+    except colabkit.torch.Stopped:
+        pass
+    accuracy = None
+    if finished:
+        ar.events.append((time.time(), "end of training", f"step {ar.step} (epoch {ar.epoch})"))
+        model.eval()
+        with torch.no_grad():
+            accuracy = float(((model(x[10000:]) > 0).float() == y[10000:]).float().mean())
+    report.write_text(json.dumps({
+        "started": started, "events": ar.events, "finished": finished, "accuracy": accuracy,
+        "destination": str(ar.checkpoints.destination), "local": str(ar.checkpoints.local.path),
+        "steps": ar.step}))
+
+
+FRAMEWORKS = {"keras": (_train_session, "Keras"), "torch": (_train_session_torch, "PyTorch")}
+
+
+def _run_session(directory, cap, epochs, workdir: Path, n: int, framework: str = "keras") -> dict:
     report = workdir / f"session{n}.json"
     cmd = [sys.executable, "-m", "colabkit.demo", "--dir", directory, "--epochs", str(epochs),
-           "--session-report", str(report)] + (["--session-cap", str(cap)] if cap else [])
+           "--framework", framework, "--session-report", str(report)] + (
+               ["--session-cap", str(cap)] if cap else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"demo session {n} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -76,23 +128,28 @@ def _print_timeline(title: str, session: dict) -> None:
         i = j + 1
 
 
-def run_demo(cap="8s", epochs: int = 30, directory: str | None = None) -> dict:
-    """Run the two-session demo and print its timeline; returns both sessions' reports."""
+def run_demo(cap="8s", epochs: int = 30, directory: str | None = None, framework: str = "keras") -> dict:
+    """Run the two-session demo and print its timeline; returns both sessions' reports.
+    ``framework``: "keras" (colabkit.keras.AutoResume in model.fit) or "torch" (colabkit.torch.AutoResume in a
+    plain PyTorch loop)."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework={framework!r} is not one of {sorted(FRAMEWORKS)}.")
     cap_s = parse_duration(cap, name="cap")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs={epochs!r} must be a whole number of at least 1.")
     directory = directory or f"drive:colabkit-demo/run-{time.strftime('%Y%m%d-%H%M%S')}"
-    print(f"colabkit demo: a {epochs}-epoch Keras run with a simulated {format_duration(cap_s)} session cap")
+    print(f"colabkit demo: a {epochs}-epoch {FRAMEWORKS[framework][1]} run with a simulated "
+          f"{format_duration(cap_s)} session cap")
     print(f"checkpoints go to {directory}")
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="colabkit-demo-") as tmp:
-        first = _run_session(directory, cap_s, epochs, Path(tmp), 1)
+        first = _run_session(directory, cap_s, epochs, Path(tmp), 1, framework)
         _print_timeline(f"\nsession 1 (cap at +{cap_s:.1f}s)", first)
         if first["finished"]:
             print("  (training finished before the cap; use a shorter --cap or more --epochs to see a cut)")
         shutil.rmtree(first["local"], ignore_errors=True)
         print("\nthe VM is reclaimed: its local disk (checkpoint staging included) is gone; Drive remains")
-        second = _run_session(directory, None, epochs, Path(tmp), 2)
+        second = _run_session(directory, None, epochs, Path(tmp), 2, framework)
         _print_timeline("\nsession 2 (a fresh VM: re-run the same cell)", second)
     print(f"\ndone in {format_duration(time.time() - t0)}: {second['steps']} batches trained in total, "
           f"test accuracy {second['accuracy']:.3f}")
@@ -107,11 +164,12 @@ def main(argv=None) -> None:
     parser.add_argument("--dir")
     parser.add_argument("--cap", default="8s")
     parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--framework", choices=sorted(FRAMEWORKS), default="keras")
     args = parser.parse_args(argv)
     if args.session_report:
-        _train_session(args.dir, args.session_cap, args.epochs, Path(args.session_report))
+        FRAMEWORKS[args.framework][0](args.dir, args.session_cap, args.epochs, Path(args.session_report))
     else:
-        run_demo(args.cap, args.epochs, args.dir)
+        run_demo(args.cap, args.epochs, args.dir, args.framework)
 
 
 if __name__ == "__main__":

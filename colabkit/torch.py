@@ -10,15 +10,14 @@
 Everything passed by name with ``state_dict()`` / ``load_state_dict()`` (modules, optimizers, LR schedulers,
 ``torch.amp.GradScaler``, your own objects) is saved and restored, with ``ar.state`` (values of your own:
 JSON-able, tensors, NumPy arrays), the step and epoch counters, the RNG states (torch CPU and CUDA, NumPy,
-Python) and the DataLoader's position and shuffle order. In a distributed run (torchrun) rank 0 writes and every rank restores its own RNG
-states from the same checkpoint. Checkpoints go through `colabkit.Checkpoints`: tensors are stored as NumPy arrays
-in ``.npz`` with a JSON tree; nothing is unpickled on restore.
+Python) and the DataLoader's position and shuffle order. In a distributed run (torchrun) rank 0 writes and
+every rank restores its own RNG states from the same checkpoint. Checkpoints go through `colabkit.Checkpoints`:
+tensors are stored as NumPy arrays in ``.npz`` with a JSON tree; nothing is unpickled on restore.
 """
 from __future__ import annotations
 
 import copy
 import logging
-import random
 import signal
 import sys
 import threading
@@ -33,6 +32,25 @@ torch = require("torch", "torch", "colabkit.torch.AutoResume")
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
+from .torch_state import (  # noqa: E402
+    Stopped,
+    _copy_into,
+    _decode,
+    _encode,
+    _encode_small,
+    _epoch_start_state,
+    _fill,
+    _host_dtype,
+    _loader_generators,
+    _positionable,
+    _rng_state,
+    _set_epoch_start,
+    _set_generators,
+    _set_rng,
+    _skip,
+    _Spec,
+    _stateful,
+)
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -40,14 +58,11 @@ log = logging.getLogger("colabkit")
 FORMAT = "colabkit.torch/1"
 FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
-_TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: tensors, tuples, non-str-key dicts
-# dtypes NumPy has no equivalent for: stored as raw integers of the same width, the dtype named beside them
 # objects whose saved class must match (their state dicts load into another class without an error)
 _CLASS_CHECKED = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 # optimizer state entries shaped like their parameter (torch.optim's own optimizers)
 _PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg", "acc_delta",
                  "grad_avg")
-_RAW_VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 
 
 class AutoResume:
@@ -70,11 +85,15 @@ class AutoResume:
     A checkpoint is taken after each epoch (once the body of ``for epoch in ar.epochs(n)`` has run), every
     ``save_freq`` batches and ``every`` interval, before a deadline, and on SIGTERM or an interrupt (the
     notebook's stop button): then the checkpoint is committed, and the signal is passed on (SIGTERM ends the
-    process as it would have; SIGINT raises KeyboardInterrupt). A deadline that ends training stops both loops
-    after its save. The objects are restored when AutoResume is created (before that, every saved value is
-    checked against the objects: a checkpoint from another model raises CheckpointError and changes nothing; a
-    load_state_dict that fails still puts every object back as it was, then raises CheckpointError);
-    the RNG states when the loops reach the saved position.
+    process as it would have; SIGINT raises KeyboardInterrupt). A deadline that ends training raises `Stopped`
+    from ``ar.batches()`` after its save is committed: the code after the inner loop (per-epoch validation,
+    logging, ``sched.step()``) never runs on a partial epoch, and neither do the notebook's later cells (in
+    IPython it shows as one line). Under DDP, a save that fails on rank 0 raises on every rank.
+
+    The objects are restored when AutoResume is created (before that, every saved value is checked against the
+    objects: a checkpoint from another model raises CheckpointError and changes nothing; a load_state_dict that
+    fails still puts every object back as it was, then raises CheckpointError); the RNG states when the loops
+    reach the saved position.
     """
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
@@ -110,6 +129,7 @@ class AutoResume:
         self._pending = None           # the restored checkpoint's RNG and loader states, applied at its position
         self._epoch_start = None       # RNG states at the start of the current epoch's loader
         self._generators = []          # the torch.Generators of the loader batches() iterated last
+        self._stateful = None          # that loader, when it keeps its own position (torchdata's StatefulDataLoader)
         self._resumed_generators = None   # their saved states, for the first loader after an epoch-start resume
         self._since_save, self._last_save_time = 0, time.time()
         self._last_saved = None        # (step, epoch, batch) of the last save
@@ -186,7 +206,7 @@ class AutoResume:
                                       f"restored.") from exc
         self.state = dict(_decode(state.get("user") or {}))
         self.step, self.epoch, self.batch = restored.step, restored.epoch or 0, restored.batch or 0
-        own = {"rng": state["rng"], "epoch_start": state.get("epoch_start")}
+        own = {"rng": state["rng"], "epoch_start": state.get("epoch_start"), "loader": state.get("loader")}
         ranks = state.get("ranks") or []
         if self._dist is not None:
             if len(ranks) == self._dist.get_world_size():
@@ -194,7 +214,8 @@ class AutoResume:
             else:
                 log.warning("colabkit: the checkpoint holds the RNG states of %d processes and this run has %d; "
                             "every rank starts from rank 0's", len(ranks) or 1, self._dist.get_world_size())
-        self._pending = {"rng": own["rng"], "epoch_start": own.get("epoch_start"), "batch": self.batch}
+        self._pending = {"rng": own["rng"], "epoch_start": own.get("epoch_start"), "batch": self.batch,
+                         "loader": _decode(own["loader"]) if own.get("loader") is not None else None}
         self._last_saved = (self.step, self.epoch, self.batch)
         self.restored = restored
         self._event("restore", f"step {self.step} (epoch {self.epoch}, batch {self.batch})")
@@ -252,6 +273,7 @@ class AutoResume:
         skip = pending["batch"] if pending is not None else 0
         generators = _loader_generators(loader)
         self._generators = generators
+        self._stateful = loader if _stateful(loader) else None
         resumed_generators, self._resumed_generators = self._resumed_generators, None
         if skip and pending.get("epoch_start") is not None:
             _set_epoch_start(pending["epoch_start"], generators)   # the same shuffle order and worker seeds
@@ -261,6 +283,13 @@ class AutoResume:
             _set_generators(resumed_generators, generators)
         self._epoch_start = _epoch_start_state(generators)
         positionable = _positionable(loader)
+        restored_position = False
+        if skip and self._stateful is not None and pending.get("loader") is not None and (
+                not positionable or getattr(loader, "num_workers", 0) == 0):
+            # its own position: nothing is loaded again. (Map-style data in workers is skipped by loading it
+            # instead: only that replays each worker's augmentation RNG; a restored state starts them afresh.)
+            loader.load_state_dict(pending["loader"])
+            restored_position, skip = True, 0
         if skip and not positionable:
             self._say(f"{type(loader).__name__} cannot be positioned mid-epoch (an IterableDataset or iterator "
                       f"without state): epoch {self.epoch} restarts from its first batch")
@@ -273,6 +302,8 @@ class AutoResume:
             _skip(iterator, skip)
         if pending is not None:
             _set_rng(pending["rng"])
+            if restored_position:   # the loader's generators as they were at the save
+                _set_generators(pending["rng"].get("generators") or [], generators)
             self._pending = None
         for batch in iterator:
             yield batch
@@ -280,7 +311,11 @@ class AutoResume:
             self.batch += 1
             self._since_save += 1
             if self._after_batch():
-                return
+                # a deadline stop: raised here, inside the epoch's body, so that the code after this loop
+                # (validation, logging, a scheduler step) does not run on the partial epoch, nor do later cells
+                self._restore_signal_handlers()
+                raise Stopped(f"{self.stopped_for}: saved step {self.step} (epoch {self.epoch}, batch {self.batch}) "
+                              f"and stopped training. Re-run this cell to resume.")
 
     def _after_batch(self) -> bool:
         """Save when due. True when training stops (a deadline or a signal). In a distributed run rank 0
@@ -351,7 +386,8 @@ class AutoResume:
     def _rank_states(self):
         """Rank 0: every rank's RNG and epoch-start states, gathered (each rank draws its own numbers);
         other ranks: None after sending theirs. Called by every rank at every save."""
-        mine = {"rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+        mine = {"rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None,
+                "loader": self._loader_state()}
         gathered = [None] * self._dist.get_world_size() if self._rank == 0 else None
         self._dist.gather_object(mine, gathered, dst=0)
         return gathered
@@ -366,6 +402,12 @@ class AutoResume:
         state = _rng_state()
         state["generators"] = [g.get_state().numpy().copy() for g in self._generators]
         return state
+
+    def _loader_state(self):
+        """A StatefulDataLoader's position mid-epoch (its own state_dict, tensors as arrays), else None."""
+        if self._stateful is None or not self.batch:
+            return None
+        return _encode_small(self._stateful.state_dict())
 
     def _state(self, periodic: bool, ranks=None):
         """(the state to save, with every tensor copied once into a reused host buffer; the buffers) or None
@@ -384,7 +426,8 @@ class AutoResume:
                 _copy_into(buffer, tensor)
             state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": _fill(user, buffers),
                      "classes": {name: type(_target(obj)).__name__ for name, obj in self.objects.items()},
-                     "rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None}
+                     "rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None,
+                     "loader": self._loader_state()}
             if ranks is not None:
                 state["ranks"] = ranks
         except BaseException:
@@ -393,13 +436,36 @@ class AutoResume:
         return state, buffers
 
     def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
-        if self._last_saved == (self.step, self.epoch, self.batch) and not wait:
+        taken = self._last_saved == (self.step, self.epoch, self.batch) and not wait
+        if taken and self._dist is None:
             return True
+        # a distributed run: every rank takes part in the gather at every call, whatever it saved before (only
+        # rank 0 knows whether its last periodic save was taken or put off for busy buffers)
         ranks = self._rank_states() if self._dist is not None else None
-        if self._rank != 0:   # a distributed run: rank 0 holds the same model state and writes it
+        ok, error = True, None
+        if self._rank == 0 and not taken:
+            try:
+                ok = self._write(reason, wait, event, ranks)
+            except Exception as e:
+                if self._dist is None:
+                    raise
+                error = e
+        if self._dist is not None:
+            # rank 0's save failing must stop every rank here, not leave the others in the next collective
+            (failed,) = self._all_reduce([int(error is not None)])
+            if error is not None:
+                raise error
+            if failed:
+                raise CheckpointError(f"rank 0 could not save step {self.step} (epoch {self.epoch}, batch "
+                                      f"{self.batch}) to {self.directory}; its error is in rank 0's output. "
+                                      f"Training stopped on every rank.")
+        if self._rank != 0:   # rank 0 holds the same model state and writes it
             self._last_saved = (self.step, self.epoch, self.batch)
             self._since_save, self._last_save_time = 0, time.time()
-            return True
+        return ok
+
+    def _write(self, reason, wait, event, ranks) -> bool:
+        """Rank 0 (or the only process): copy the state into host buffers and hand it to the store."""
         taken = self._state(periodic=reason in ("save_freq", "every"), ranks=ranks)
         if taken is None:
             return False
@@ -520,95 +586,6 @@ def _target(obj):
             return obj
 
 
-class _Spec:
-    """A host buffer's shape and NumPy dtype (what SnapshotBuffers lays its sets out by)."""
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = shape, dtype
-
-
-def _host_dtype(tensor) -> np.dtype:
-    name = str(tensor.dtype).removeprefix("torch.")
-    return np.dtype(_RAW_VIEW.get(name, name))
-
-
-def _copy_into(buffer: np.ndarray, tensor) -> None:
-    """One copy of ``tensor`` (any device) into ``buffer``: device-to-host lands in the buffer directly."""
-    t = tensor.detach()
-    name = str(t.dtype).removeprefix("torch.")
-    if name in _RAW_VIEW:
-        t = t.view(getattr(torch, _RAW_VIEW[name]))
-    torch.from_numpy(buffer).copy_(t)
-
-
-class _Slot:
-    """Where the n-th tensor's buffer goes in the encoded tree (filled in by _fill)."""
-    __slots__ = ("index",)
-
-    def __init__(self, index):
-        self.index = index
-
-
-def _fill(tree, buffers):
-    if isinstance(tree, _Slot):
-        return buffers[tree.index]
-    if isinstance(tree, dict):
-        return {k: _fill(v, buffers) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_fill(v, buffers) for v in tree]
-    return tree
-
-
-def _encode(value, tensors: list):
-    """A state dict as the store's tree: each tensor is appended to ``tensors`` and stands as a slot for its
-    host copy (its dtype beside it); tuples and dicts with non-string keys are tagged so that they come back
-    as they were."""
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
-        return {_TAG: "tensor", "dtype": str(value.dtype).removeprefix("torch."), "data": _Slot(len(tensors) - 1)}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) and k != _TAG for k in value):
-            return {k: _encode(v, tensors) for k, v in value.items()}
-        items = []
-        for k, v in value.items():
-            if not isinstance(k, (str, int, float, bool)) and k is not None:
-                raise CheckpointError(f"a state_dict key {k!r} ({type(k).__name__}) cannot be stored; use "
-                                      f"strings or numbers as keys.")
-            items.append([k, _encode(v, tensors)])
-        return {_TAG: "dict", "items": items}
-    if isinstance(value, tuple):
-        return {_TAG: "tuple", "items": [_encode(v, tensors) for v in value]}
-    if isinstance(value, list):
-        return [_encode(v, tensors) for v in value]
-    if isinstance(value, (torch.dtype, torch.device)):
-        return {_TAG: type(value).__name__, "name": str(value)}
-    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not isinstance(value, np.generic)):
-        return np.array(value, copy=True)   # a copy now: the write runs in the background, after training goes on
-    return value
-
-
-def _decode(value):
-    if isinstance(value, dict):
-        kind = value.get(_TAG)
-        if kind == "tensor":
-            data = np.array(value["data"])   # owned and writable (the restored array views the file's bytes)
-            tensor = torch.from_numpy(data)
-            if value["dtype"] in _RAW_VIEW:
-                tensor = tensor.view(getattr(torch, value["dtype"]))
-            return tensor
-        if kind == "dict":
-            return {k: _decode(v) for k, v in value["items"]}
-        if kind == "tuple":
-            return tuple(_decode(v) for v in value["items"])
-        if kind == "dtype":
-            return getattr(torch, value["name"].removeprefix("torch."))
-        if kind == "device":
-            return torch.device(value["name"])
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
 
 
 def _check_fits(name, obj, saved, directory):
@@ -650,85 +627,3 @@ def _check_shapes(current, saved, where, mismatch):
         for key in current:
             if key in saved:
                 _check_shapes(current[key], saved[key], f"{where}.{key}" if where else str(key), mismatch)
-
-
-# -- RNG and the loader --------------------------------------------------------------------------------------
-
-def _rng_state() -> dict:
-    version, internal, gauss = random.getstate()
-    np_state = np.random.get_state()
-    state = {"python": {"version": version, "internal": list(internal), "gauss": gauss},
-             "numpy": {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
-                       "cached_gaussian": float(np_state[4])},
-             "torch": torch.get_rng_state().numpy().copy()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = [s.numpy().copy() for s in torch.cuda.get_rng_state_all()]
-    return state
-
-
-def _set_rng(state: dict):
-    p = state["python"]
-    random.setstate((p["version"], tuple(int(x) for x in p["internal"]), p["gauss"]))
-    n = state["numpy"]
-    np.random.set_state(("MT19937", np.asarray(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
-    if state.get("cuda") and torch.cuda.is_available():
-        for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(torch.from_numpy(np.array(s, dtype=np.uint8)), i)
-
-
-def _loader_generators(loader) -> list:
-    """The torch.Generators that decide a DataLoader's shuffle order and worker seeds (its own, its sampler's),
-    each once."""
-    found = []
-    for owner in (loader, getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None),
-                                                                   "sampler", None)):
-        g = getattr(owner, "generator", None)
-        if isinstance(g, torch.Generator) and all(g is not other for other in found):
-            found.append(g)
-    return found
-
-
-def _epoch_start_state(generators) -> dict:
-    """What a DataLoader draws from when an epoch's iterator starts: the global torch RNG (the workers' base
-    seed and RandomSampler's permutation without a generator of their own) and the loader's generators."""
-    return {"torch": torch.get_rng_state().numpy().copy(),
-            "generators": [g.get_state().numpy().copy() for g in generators]}
-
-
-def _set_epoch_start(state: dict, generators) -> None:
-    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
-    _set_generators(state.get("generators") or [], generators)
-
-
-def _set_generators(saved: list, generators) -> None:
-    if len(saved) != len(generators):
-        log.warning("colabkit: the DataLoader has %d generators and the checkpoint %d; its shuffle order is not "
-                    "the saved one", len(generators), len(saved))
-        return
-    for g, s in zip(generators, saved):
-        g.set_state(torch.from_numpy(np.array(s, dtype=np.uint8)))
-
-
-def _positionable(loader) -> bool:
-    """Whether skipping k batches reaches the same position: a map-style DataLoader, or a re-iterable sized
-    collection (a fresh iterator starts from its first batch each time)."""
-    if isinstance(loader, torch.utils.data.DataLoader):
-        return not isinstance(loader.dataset, torch.utils.data.IterableDataset)
-    return hasattr(loader, "__len__") and iter(loader) is not loader
-
-
-def _skip(iterator, k: int) -> None:
-    """Advance ``iterator`` past ``k`` batches. A single-process DataLoader skips their indices without
-    loading them; with workers, each worker must load its batches again so that its RNG advances as it did."""
-    next_index = getattr(iterator, "_next_index", None)
-    single = type(iterator).__name__ == "_SingleProcessDataLoaderIter" and callable(next_index)
-    for _ in range(k):
-        try:
-            if single:
-                next_index()
-            else:
-                next(iterator)
-        except StopIteration:
-            return

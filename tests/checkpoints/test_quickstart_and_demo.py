@@ -24,6 +24,12 @@ def test_quickstart_notebook_executes(tmp_path, ck_env, monkeypatch):
     assert "stopped early: True" in text
     assert "resumed from step" in text and "final accuracy" in text
     assert "newest: 5 [5. 5. 5. 5.]" in text
+    try:
+        import torch  # noqa: F401
+        assert re.search(r"session 1: the 3s time budget is .*saved step \d+", text), text
+        assert re.search(r"torch: resumed from step [1-9]\d*; 375 batches trained in all", text), text
+    except ImportError:
+        assert "PyTorch is not installed; skipping this cell" in text
     assert "OK" in outputs[len(nb.cells) - 1] and "DAMAGED" not in text
     assert (Path(ck_env["COLABKIT_DRIVE_ROOT"]) / "colabkit-quickstart").is_dir()
 
@@ -39,6 +45,24 @@ def test_demo_command_cuts_resumes_and_finishes(tmp_path, ck_env):
     from colabkit.checkpoints.folder import CheckpointFolder
     newest = CheckpointFolder(tmp_path / "demo").committed()[-1]
     assert newest.epoch == 12 and newest.batch == 0
+
+
+def test_demo_command_with_torch_cuts_resumes_and_finishes(tmp_path, ck_env):
+    """Two short epochs (626 tiny batches) would end well inside 3s on their own: the demo paces session 1, so
+    the cut comes from the deadline on any machine, however fast."""
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-m", "colabkit", "demo", "--framework", "torch", "--cap", "3s",
+                           "--epochs", "2", "--dir", str(tmp_path / "demo")], env=ck_env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "a 2-epoch PyTorch run" in out
+    assert re.search(r"stop +the 3s time budget is", out), out
+    assert re.search(r"restore +step \d+ \(epoch \d+, batch \d+\)", out), out
+    assert "end of training" in out and "test accuracy" in out
+    from colabkit.checkpoints.folder import CheckpointFolder
+    newest = CheckpointFolder(tmp_path / "demo").committed()[-1]
+    assert newest.epoch == 2 and newest.batch == 0 and newest.step == 2 * 313
 
 
 def test_checkpoints_command_lists_and_verifies(tmp_path, ck_env):

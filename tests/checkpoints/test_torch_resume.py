@@ -48,14 +48,18 @@ def _digest(tensor) -> str:
     return hashlib.sha256(tensor.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
 
 
-def _case(name, num_workers, own_generator=False):
+def _case(name, num_workers, own_generator=False, stateful=False):
     import random
     torch.manual_seed(0)
     np.random.seed(0)
     random.seed(0)
     generator = torch.Generator().manual_seed(5) if own_generator else None
-    loader = torch.utils.data.DataLoader(Augmented(), batch_size=4, shuffle=True, num_workers=num_workers,
-                                         generator=generator)
+    if stateful:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        loader_class = StatefulDataLoader
+    else:
+        loader_class = torch.utils.data.DataLoader
+    loader = loader_class(Augmented(), batch_size=4, shuffle=True, num_workers=num_workers, generator=generator)
     if name == "plain":
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
                                     torch.nn.Dropout(0.3), torch.nn.Linear(8, 1))
@@ -139,7 +143,9 @@ def _dump(objects, out) -> dict:
 def ddp_worker(spec):
     """One rank of a ``torchrun --nproc_per_node=2`` run (gloo, CPU): DDP model, DistributedSampler."""
     import random
+
     import torch.distributed as dist
+
     import colabkit
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -161,6 +167,10 @@ def ddp_worker(spec):
             opt.step()
             if rank == 1 and [epoch, ar.batch] == spec.get("sigterm_at"):
                 os.kill(os.getpid(), signal.SIGTERM)   # one rank is told to stop: both must, at the same batch
+            if [epoch, ar.batch] == spec.get("manual_save_at"):
+                ar.save()   # every rank calls it, as the docs say
+            if rank == 0 and [epoch, ar.batch] == spec.get("unstorable_at"):
+                ar.state[(1, 2)] = "a tuple key"   # rank 0's next save raises CheckpointError; rank 1's has nothing to write
     _dump({"model": model.module, "opt": opt}, f"{spec['out']}.{rank}.npz")
     if rank == 0:
         print("RESULT " + json.dumps({"restored": None if ar.restored is None else
@@ -172,7 +182,7 @@ def ddp_worker(spec):
 def worker(spec):
     import colabkit
     loader, objects, step, end_of_epoch = _case(spec["case"], spec.get("num_workers", 0),
-                                                spec.get("own_generator", False))
+                                                spec.get("own_generator", False), spec.get("stateful", False))
     ar = colabkit.torch.AutoResume(spec["dest"], save_freq=spec.get("save_freq"), deadline=None, **objects)
     seen = []
     for epoch in ar.epochs(spec.get("epochs", 3)):
@@ -185,7 +195,7 @@ def worker(spec):
             if [epoch, index] == spec.get("sigterm_at"):
                 os.kill(os.getpid(), signal.SIGTERM)
             if [epoch, index] == spec.get("crash_at"):
-                ar.checkpoints.wait(30)
+                assert ar.checkpoints.wait(120)   # a late commit would move the resume point
                 os._exit(3)   # no save, no cleanup: the resume starts from the last periodic checkpoint
         end_of_epoch()
     plain = _dump(objects, spec["out"])
@@ -258,6 +268,54 @@ def test_loader_with_its_own_generator_resumed_at_an_epoch_boundary_resumes_bit_
     assert resumed["restored"] == [6, 1, 0], resumed["restored"]   # 6 batches an epoch: the epoch-end save
 
 
+@pytest.mark.parametrize("num_workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_stateful_dataloader_resumes_from_its_own_state_bit_exactly(tmp_path, ck_env, num_workers):
+    """torchdata's StatefulDataLoader: without workers the resume loads its saved state_dict instead of skipping
+    batches; with workers (map-style data) it skips by loading, which replays each worker's augmentation RNG.
+    Either way the shuffle order, augmentation and dropout repeat."""
+    pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed (colabkit[torch])")
+    resumed, _, _ = _equivalence(tmp_path, ck_env, "plain", 3, crash_at=[1, 4], save_freq=3, stateful=True,
+                                 own_generator=True, num_workers=num_workers)
+    assert resumed["restored"] == [9, 1, 3], resumed["restored"]
+
+
+class _CountingStream(torch.utils.data.IterableDataset):
+    """An iterable dataset that counts what it yields: a resume that skipped by iterating would show it."""
+
+    def __init__(self):
+        self.yielded = 0
+
+    def __iter__(self):
+        for i in range(12):
+            self.yielded += 1
+            yield torch.full((3,), float(i))
+
+
+def test_stateful_dataloader_over_an_iterable_dataset_resumes_at_its_position(tmp_path, ck_env, capsys):
+    """An IterableDataset cannot be skipped to a position; a StatefulDataLoader's state puts it there."""
+    pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed (colabkit[torch])")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    import colabkit
+    model, opt = _tiny()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, save_freq=2, deadline=None)
+    for _ in ar.epochs(1):
+        for _x in ar.batches(StatefulDataLoader(_CountingStream(), batch_size=2)):
+            if ar.step == 3:
+                break   # a crash after the save at step 2 (epoch 0, batch 2)
+        break
+    ar.close()
+    model, opt = _tiny(seed=4)
+    again = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, save_freq=2, deadline=None)
+    assert (again.epoch, again.batch) == (0, 2)
+    stream, firsts = _CountingStream(), []
+    for _ in again.epochs(1):
+        for x in again.batches(StatefulDataLoader(stream, batch_size=2)):
+            firsts.append(float(x[0, 0]))
+    assert firsts == [4.0, 6.0, 8.0, 10.0], firsts
+    assert "cannot be positioned" not in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_plain_loop_with_two_workers_sigterm_mid_epoch_resumes_bit_exactly(tmp_path, ck_env):
     """num_workers=2: each worker's seed (from the epoch's base seed) repeats, so its augmentation does."""
@@ -278,6 +336,7 @@ def test_gan_with_two_optimizers_scheduler_and_grad_scaler_sigterm_resumes_bit_e
 @pytest.mark.subprocess_kill
 def test_kill_9_at_random_moments_never_restarts_from_zero_and_ends_bit_exactly(tmp_path, ck_env):
     import random
+
     from colabkit.checkpoints.folder import CheckpointFolder
     spec = dict(case="plain", save_freq=2, step_sleep=0.04)
     ref = _start(ck_env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"), **spec)
@@ -308,10 +367,11 @@ def test_kill_9_at_random_moments_never_restarts_from_zero_and_ends_bit_exactly(
     assert final["plain"] == expected["plain"] and final["user"] == expected["user"]
 
 
-def _torchrun(env, **spec):
+def _torchrun(env, start_new_session=False, **spec):
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              str(Path(__file__).resolve()), json.dumps({"ddp": True, **spec})], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=start_new_session)
 
 
 @pytest.mark.slow
@@ -330,6 +390,44 @@ def test_torchrun_two_processes_rank_0_commits_and_both_ranks_resume_bit_exactly
     for rank in (0, 1):
         with np.load(tmp_path / f"ref.{rank}.npz") as want, np.load(tmp_path / f"resumed.{rank}.npz") as got:
             assert [k for k in want.files if not np.array_equal(want[k], got[k])] == [], (rank, explain)
+
+
+@pytest.mark.slow
+def test_torchrun_manual_save_after_rank_0_skipped_a_busy_periodic_save_does_not_hang(tmp_path, ck_env):
+    """small_state_mb=0: rank 0's first periodic save finds its new buffer set being touched and is taken at a
+    later batch, while rank 1 has nothing to write; a manual save at that same batch must not leave rank 0
+    alone in the gather (a hang until the collective's timeout)."""
+    env = {**ck_env, "OMP_NUM_THREADS": "1", "COLABKIT_SMALL_STATE_MB": "0"}
+    proc = _torchrun(env, dest=str(tmp_path / "run"), out=str(tmp_path / "out"), manual_save_at=[0, 2],
+                     start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)   # torchrun and both ranks
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the run hung after the manual save\n{stdout}\n{stderr[-3000:]}")
+    assert proc.returncode == 0, f"{stdout}\n{stderr[-3000:]}"
+    import colabkit
+    steps = [c.step for c in colabkit.Checkpoints(tmp_path / "run").list()]
+    assert steps[-1] == 12, steps
+
+
+@pytest.mark.slow
+def test_torchrun_a_save_that_fails_on_rank_0_raises_on_every_rank(tmp_path, ck_env):
+    """Rank 0 alone writes; when its save raises, rank 1 must not go on into the next batch's collective (a
+    hang under mp.spawn or in a notebook): it raises too, naming rank 0's error."""
+    env = {**ck_env, "OMP_NUM_THREADS": "1"}
+    proc = _torchrun(env, dest=str(tmp_path / "run"), out=str(tmp_path / "out"), unstorable_at=[0, 1],
+                     start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the run hung after rank 0's failed save\n{stdout}\n{stderr[-3000:]}")
+    assert proc.returncode != 0
+    assert "cannot be stored" in stderr, stderr[-3000:]                       # rank 0's own error
+    assert "rank 0 could not save step 2" in stderr, stderr[-3000:]           # and rank 1's, naming it
 
 
 # -- in-process: the store's contents and bad input --------------------------------------------------------
@@ -497,11 +595,14 @@ def test_deadline_saves_then_stops_both_loops(tmp_path, ck_env, capsys):
     import colabkit
     model, opt = _tiny()
     ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline="1s", deadline_margin="1s")
-    seen = []
-    for epoch in ar.epochs(3):
-        for (x,) in ar.batches(_loader()):
-            seen.append((epoch, ar.batch))
-    assert seen == [(0, 0)] and ar.stopped_for is not None and "time budget" in ar.stopped_for
+    seen, after_the_epoch = [], []
+    with pytest.raises(colabkit.torch.Stopped, match=r"time budget.*saved step 1 \(epoch 0, batch 1\).*Re-run"):
+        for epoch in ar.epochs(3):
+            for (x,) in ar.batches(_loader()):
+                seen.append((epoch, ar.batch))
+            after_the_epoch.append(epoch)   # validation, logging: never on a partial epoch
+    assert seen == [(0, 0)] and after_the_epoch == [] and "time budget" in ar.stopped_for
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # handed back
     assert "Re-run this cell to resume" in capsys.readouterr().out
     newest = colabkit.Checkpoints(tmp_path / "run").list()[-1]
     assert (newest.step, newest.epoch, newest.batch) == (1, 0, 1)
@@ -538,6 +639,7 @@ def test_user_objects_round_trip_bfloat16_int_keys_tuples_and_dtypes(tmp_path, c
 
 def test_a_loop_left_by_an_exception_leaves_no_signal_handler_acting(tmp_path, ck_env):
     import time
+
     import colabkit
     model, opt = _tiny()
     ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
@@ -628,3 +730,52 @@ def test_a_load_that_fails_after_others_loaded_puts_every_object_back(tmp_path, 
 if __name__ == "__main__":
     _spec = json.loads(sys.argv[1])
     ddp_worker(_spec) if _spec.get("ddp") else worker(_spec)
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "complex32", "uint16"])
+def test_tensors_of_dtypes_numpy_lacks_round_trip_bit_exactly(tmp_path, ck_env, dtype):
+    import colabkit
+    source = torch.arange(6, dtype=torch.float32) / 4
+    if dtype == "complex32":
+        source = source.to(torch.complex64)
+    value = source.to(getattr(torch, dtype))
+
+    class Holder:
+        def __init__(self, t):
+            self.t = t
+
+        def state_dict(self):
+            return {"t": self.t}
+
+        def load_state_dict(self, state):
+            self.t = state["t"]
+
+    ar = colabkit.torch.AutoResume(tmp_path / "run", holder=Holder(value), deadline=None, verbose=0)
+    ar.save(wait=True)
+    ar.close()
+    back = Holder(torch.zeros_like(value))
+    colabkit.torch.AutoResume(tmp_path / "run", holder=back, deadline=None, verbose=0)
+    assert back.t.dtype == value.dtype
+    assert back.t.view(torch.uint8).tolist() == value.view(torch.uint8).tolist()
+
+
+def test_the_plain_loop_and_the_lightning_stopped_are_one_class():
+    pytest.importorskip("lightning")
+    import colabkit
+    assert colabkit.torch.Stopped is colabkit.torch_lightning.Stopped
+
+
+def test_an_uncaught_stopped_shows_one_line_in_a_real_ipython_shell(ck_env):
+    script = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "shell.run_cell('import colabkit.torch\\n'\n"
+        "               'def fit():\\n'\n"
+        "               '    raise colabkit.torch.Stopped(\"the time budget is 59s away: saved step 41 ... '\n"
+        "               'Re-run this cell to resume.\")\\n'\n"
+        "               'fit()')\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=ck_env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    shown = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert shown == ["colabkit.Stopped: the time budget is 59s away: saved step 41 ... Re-run this cell to resume."], \
+        proc.stdout + proc.stderr
