@@ -29,11 +29,12 @@ def fake_gpus(monkeypatch, tmp_path):
     import colabkit.devices as devices
 
     saved_env = {k: os.environ.get(k) for k in CUDA_VARS}
-    saved_modules = {k: sys.modules.get(k) for k in ("pynvml", "tensorflow", "torch")}
     for k in CUDA_VARS:
         os.environ.pop(k, None)
-    for k in saved_modules:
-        sys.modules.pop(k, None)
+    # through monkeypatch, so that its undo (last, in reverse order) also unwinds a stand-in module a test
+    # installs on top, such as torch_standin's, instead of deleting the real module put back here
+    for k in ("pynvml", "tensorflow", "torch"):
+        monkeypatch.delitem(sys.modules, k, raising=False)
     monkeypatch.syspath_prepend(str(GPU_STANDINS))
     monkeypatch.setenv("PATH", f"{GPU_STANDINS / 'bin'}{os.pathsep}{os.environ['PATH']}")
     parts = [str(GPU_STANDINS), str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -66,10 +67,7 @@ def fake_gpus(monkeypatch, tmp_path):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    sys.modules.pop("pynvml", None)
-    for k, v in saved_modules.items():
-        if v is not None:
-            sys.modules[k] = v
+    sys.modules.pop("pynvml", None)   # the stand-in; monkeypatch puts back a real one it removed
 
 
 @pytest.fixture
