@@ -38,10 +38,24 @@ if int(keras.__version__.split(".")[0]) < 3:
                       f"Keras {keras.__version__}. Upgrade with: pip install -U \"colabkit[tf]\"")
 
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from .checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _dtype_name, _nbytes  # noqa: E402,F401
+from .checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _nbytes  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
 from .keras_input import UNTRACKED, attach as attach_input  # noqa: E402
+from .keras_state import (  # noqa: E402
+    GROUPS,
+    LAYOUT,
+    StateLayout,
+    builtin_state,
+    copy_into,
+    detached,
+    has_state_protocol,
+    keras_global_seed_generator,
+    own_copy,
+    python_rng_from_json,
+    python_rng_to_json,
+    weights_stay_arrays,
+)
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -51,16 +65,6 @@ _POSITIONABLE_ADAPTERS = {"ArrayDataAdapter", "PyDatasetAdapter", "TorchDataLoad
                           "GrainDatasetAdapter"}
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
 FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
-_LAYOUT = 2                          # checkpoints whose variables are matched by path (see _StateLayout)
-_GROUPS = ("model", "optimizer", "metrics")
-# Keras callbacks whose state a resumed run needs, and the attributes that hold it (CSVLogger: see
-# _prepare_callbacks; a callback with get_state()/set_state() is asked instead)
-_CALLBACK_STATE = (
-    ("EarlyStopping", ("wait", "stopped_epoch", "best", "best_weights", "best_epoch")),
-    ("ReduceLROnPlateau", ("wait", "best", "cooldown_counter")),
-    ("ModelCheckpoint", ("best", "_batches_seen_since_last_saving", "_last_batch_seen")),
-    ("TensorBoard", ("_global_train_batch", "_global_test_batch")),
-)
 # CallbackList methods AutoResume hooks for the duration of a fit() (see _hook_callback_list)
 _LIST_HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "on_epoch_end",
                "on_test_begin", "on_test_batch_begin", "on_test_batch_end", "on_test_end", "on_train_end")
@@ -209,10 +213,10 @@ class AutoResume(keras.callbacks.Callback):
         self.events.append((time.time(), kind, detail))
 
     def _variables(self):
-        """(model, optimizer, metrics) variables: everything Keras tracks for training (see _StateLayout)."""
+        """(model, optimizer, metrics) variables: everything Keras tracks for training (see StateLayout)."""
         layout = self._layout
         if layout is None or layout.model is not self.model or layout.changed():
-            layout = self._layout = _StateLayout(self.model)
+            layout = self._layout = StateLayout(self.model)
         return layout.groups
 
     def _paths_of(self, variables) -> list:
@@ -229,26 +233,26 @@ class AutoResume(keras.callbacks.Callback):
         return builds
 
     def _rng_state(self) -> dict:
-        state = {"python": _python_rng_to_json(random.getstate())}
+        state = {"python": python_rng_to_json(random.getstate())}
         np_state = np.random.get_state()
         state["numpy"] = {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
                           "cached_gaussian": float(np_state[4])}
         tf = sys.modules.get("tensorflow")
         if tf is not None:
             state["tf_global_generator"] = tf.random.get_global_generator().state.numpy()
-        seed_gen = _keras_global_seed_generator()
+        seed_gen = keras_global_seed_generator()
         if seed_gen is not None:
             state["keras_global_seed"] = keras.ops.convert_to_numpy(seed_gen.state.value)
         return state
 
     def _set_rng_state(self, state: dict):
-        random.setstate(_python_rng_from_json(state["python"]))
+        random.setstate(python_rng_from_json(state["python"]))
         n = state["numpy"]
         np.random.set_state(("MT19937", n["keys"], n["pos"], n["has_gauss"], n["cached_gaussian"]))
         tf = sys.modules.get("tensorflow")
         if tf is not None and "tf_global_generator" in state:
             tf.random.get_global_generator().state.assign(state["tf_global_generator"])
-        seed_gen = _keras_global_seed_generator()
+        seed_gen = keras_global_seed_generator()
         if seed_gen is not None and "keras_global_seed" in state:
             seed_gen.state.assign(state["keras_global_seed"])
 
@@ -268,15 +272,15 @@ class AutoResume(keras.callbacks.Callback):
     def _callback_states(self) -> dict:
         states = {}
         for key, callback in self._other_callbacks():
-            if _has_state_protocol(callback):
-                states[key] = _detached(callback.get_state())
+            if has_state_protocol(callback):
+                states[key] = detached(callback.get_state())
             elif isinstance(callback, keras.callbacks.CSVLogger):
                 states[key] = {"csv_bytes": _local_file_size(callback.filename)}
             else:
-                attributes = _builtin_state(callback)
+                attributes = builtin_state(callback)
                 if attributes:
                     # Keras replaces these values (best_weights too), never changes them in place
-                    states[key] = {name: _weights_stay_arrays(getattr(callback, name, None)) for name in attributes}
+                    states[key] = {name: weights_stay_arrays(getattr(callback, name, None)) for name in attributes}
         return states
 
     def _prepare_callbacks(self):
@@ -286,7 +290,7 @@ class AutoResume(keras.callbacks.Callback):
         if saved is None:
             return
         for key, callback in self._other_callbacks():
-            if isinstance(callback, keras.callbacks.CSVLogger) and not _has_state_protocol(callback):
+            if isinstance(callback, keras.callbacks.CSVLogger) and not has_state_protocol(callback):
                 self._csv_appending.append((callback, callback.append))
                 callback.append = True
                 size = (saved.get(key) or {}).get("csv_bytes")
@@ -299,10 +303,10 @@ class AutoResume(keras.callbacks.Callback):
         for key, callback in self._other_callbacks():
             if key not in saved:
                 continue
-            if _has_state_protocol(callback):
+            if has_state_protocol(callback):
                 callback.set_state(saved[key])
             elif not isinstance(callback, keras.callbacks.CSVLogger):
-                for name in _builtin_state(callback) or ():
+                for name in builtin_state(callback) or ():
                     if name in saved[key]:
                         setattr(callback, name, saved[key][name])
 
@@ -514,7 +518,7 @@ class AutoResume(keras.callbacks.Callback):
         if restored is not None and restored.state.get("callbacks"):
             # their own arrays: a callback keeping one (EarlyStopping's best_weights) would otherwise keep the
             # whole checkpoint's buffer alive for the run
-            restored.state["callbacks"] = _own_copy(restored.state["callbacks"])
+            restored.state["callbacks"] = own_copy(restored.state["callbacks"])
         self.restored = restored
         self._input = attach_input(sys._getframe(1), self.model)
         if restored is None:
@@ -552,7 +556,7 @@ class AutoResume(keras.callbacks.Callback):
         """Check every saved array against the live variables first, then assign: nothing is overwritten
         when the checkpoint does not fit."""
         state = restored.state
-        if state.get("layout") != _LAYOUT:
+        if state.get("layout") != LAYOUT:
             plan = self._plan_positional(restored)   # written by an earlier colabkit
         else:
             self._build_compiled_metrics(restored)
@@ -583,7 +587,7 @@ class AutoResume(keras.callbacks.Callback):
         """(variable, value) for every saved variable, each matched to the live one at the same path."""
         state, plan = restored.state, []
         self._layout = None
-        for group, variables in zip(_GROUPS, self._variables()):
+        for group, variables in zip(GROUPS, self._variables()):
             saved, names = state.get(group) or [], state.get(f"{group}_paths") or []
             live = dict(zip(self._paths_of(variables), variables))
             if set(names) != set(live) or len(names) != len(saved):
@@ -606,7 +610,7 @@ class AutoResume(keras.callbacks.Callback):
         state, model, plan = restored.state, self.model, []
         groups = (list(model.variables), list(model.optimizer.variables) if model.optimizer is not None else [],
                   list(getattr(model, "metrics_variables", [])))
-        for group, variables in zip(_GROUPS, groups):
+        for group, variables in zip(GROUPS, groups):
             saved, names = state.get(group) or [], state.get(f"{group}_paths") or []
             if group == "metrics" and len(saved) != len(variables):
                 continue
@@ -833,13 +837,13 @@ class AutoResume(keras.callbacks.Callback):
         if buffers is None:   # the previous snapshot is still being written: the next batch end asks again
             return False
         arrays = iter(buffers)
-        copy = lambda variables: [_copy_into(next(arrays), v) for v in variables]  # noqa: E731
+        copy = lambda variables: [copy_into(next(arrays), v) for v in variables]  # noqa: E731
         try:
             state = {
                 "model": copy(model_vars), "model_paths": self._paths_of(model_vars),
                 "optimizer": copy(opt_vars), "optimizer_paths": self._paths_of(opt_vars),
                 "metrics": copy(metric_vars), "metrics_paths": self._paths_of(metric_vars),
-                "rng": self._rng_state(), "layout": _LAYOUT, "optimizer_builds": self._optimizer_builds(),
+                "rng": self._rng_state(), "layout": LAYOUT, "optimizer_builds": self._optimizer_builds(),
                 "callbacks": self._callback_states(),
                 "input": self._input.state(position),
             }
@@ -967,42 +971,6 @@ def _pass_signal_on(previous, signum, frame):
         signal.raise_signal(signum)
 
 
-def _host_value(variable) -> np.ndarray:
-    """The variable's current value as a host array, copied at most once: TensorFlow's read of a variable on
-    the CPU shares the variable's memory and np.asarray views it (``.numpy()`` would copy it); a GPU value
-    is copied to the host (that copy is the one). Keep the result only for the copy it is needed for: while
-    it lives, the next update of the variable copies the variable's memory first (copy-on-write)."""
-    value = variable.value
-    if hasattr(value, "read_value"):   # a tf.Variable: its current tensor
-        value = value.value()
-    try:
-        return np.asarray(value)
-    except (TypeError, ValueError, RuntimeError):   # e.g. a torch tensor that requires grad
-        return np.asarray(keras.ops.convert_to_numpy(value))
-
-
-def _copy_into(buffer: np.ndarray, variable) -> np.ndarray:
-    np.copyto(buffer, _host_value(variable), casting="no")
-    return buffer
-
-
-def _keras_global_seed_generator():
-    try:
-        from keras.src.backend.common import global_state
-    except ImportError:  # pragma: no cover - other Keras layouts
-        return None
-    return global_state.get_global_attribute("global_seed_generator")
-
-
-def _python_rng_to_json(state):
-    version, internal, gauss = state
-    return {"version": version, "internal": list(internal), "gauss": gauss}
-
-
-def _python_rng_from_json(data):
-    return (data["version"], tuple(int(x) for x in data["internal"]), data["gauss"])
-
-
 def _names_no_folder(directory) -> bool:
     """True for what BackupAndRestore rejects as an empty `backup_dir` (None, ""), and for what only looks like
     a folder: Path("") is Path("."), the current folder, which is no folder of a run's own."""
@@ -1012,164 +980,6 @@ def _names_no_folder(directory) -> bool:
         text = os.fspath(directory)
         return not isinstance(text, str) or not text.strip() or os.path.normpath(text.strip()) == "."
     return not directory
-
-
-class _StateLayout:
-    """Every variable of a model's training state, each with a path that says where it sits, found the way
-    Keras' own save_weights() finds what it saves: by walking the model's attributes (optimizers and metrics
-    in attributes, lists and dicts, layers, a LossScaleOptimizer's inner optimizer), plus seed generators.
-
-    Paths are made of attribute names and, inside lists and dicts, of snake-cased class names numbered in
-    order (as Keras names them in a .weights.h5 file), never of layer or variable names: those carry global
-    counters (dense_3) that change when a notebook cell builds the model again. The same code therefore finds
-    each variable at the same path, in another process as in the same one."""
-
-    def __init__(self, model):
-        self.model = model
-        self.paths = {}        # id(variable) -> path
-        self.by_path = {}      # path -> variable
-        self.optimizers = []   # (path, optimizer), outer ones first
-        self.groups = ([], [], [])
-        # id -> what was visited, held until the walk ends: many values are new objects on every access
-        # (Sequential.layers is a new list each time), and one freed during the walk would hand its id to a
-        # later one, which would then be skipped as seen
-        self._seen = {}
-        self._visit(model, "")
-        del self._seen
-        # anything Keras lists that the walk did not reach (the lists the model itself offers)
-        optimizer = getattr(model, "optimizer", None)
-        for group, where, variables in ((0, "variables", model.variables),
-                                        (1, "optimizer.variables", optimizer.variables if optimizer else []),
-                                        (2, "metrics_variables", getattr(model, "metrics_variables", []))):
-            for i, variable in enumerate(variables):
-                self._add(f"{where}/{i}", variable, group)
-        self._sizes = self._count()
-
-    def changed(self) -> bool:
-        """Whether variables appeared since (an optimizer builds in its first apply)."""
-        return self._count() != self._sizes
-
-    def _count(self):
-        return tuple(len(o.variables) for _, o in self.optimizers) + (
-            len(self.model.variables), len(getattr(self.model, "metrics_variables", ())))
-
-    def _add(self, path, variable, group):
-        if id(variable) not in self.paths:
-            self.paths[id(variable)] = path
-            self.by_path[path] = variable
-            self.groups[group].append(variable)
-
-    def _visit(self, obj, path):
-        if id(obj) in self._seen:
-            return
-        self._seen[id(obj)] = obj
-        if isinstance(obj, keras.optimizers.Optimizer):
-            self.optimizers.append((path, obj))
-            own, group = obj.variables, 1
-        elif isinstance(obj, keras.metrics.Metric):
-            own, group = obj.variables, 2
-        elif isinstance(obj, keras.layers.Layer):
-            own = list(getattr(obj, "_trainable_variables", [])) + list(getattr(obj, "_non_trainable_variables", []))
-            own += [g.state for g in getattr(obj, "_seed_generators", [])]
-            group = 0
-        else:
-            own, group = [], 0
-        for i, variable in enumerate(own):
-            self._add(f"{path}/vars/{i}" if path else f"vars/{i}", variable, group)
-        for attr, child in _children(obj):
-            self._visit_child(child, f"{path}/{attr}" if path else attr)
-
-    def _visit_child(self, child, path):
-        if isinstance(child, _SEED_GENERATOR):
-            self._add(f"{path}/state", child.state, 0)
-        elif _is_saveable(child):
-            self._visit(child, path)
-        elif isinstance(child, (list, tuple, dict)) and id(child) not in self._seen:
-            self._seen[id(child)] = child
-            used = {}
-            for item in (child.values() if isinstance(child, dict) else child):
-                if isinstance(item, _SEED_GENERATOR) or _is_saveable(item):
-                    name = _snake_case(type(item).__name__)
-                elif isinstance(item, (list, tuple, dict)):
-                    name = "container"
-                else:
-                    continue
-                used[name] = used.get(name, -1) + 1
-                self._visit_child(item, f"{path}/{name}" if not used[name] else f"{path}/{name}_{used[name]}")
-
-
-_SEED_GENERATOR = keras.random.SeedGenerator
-
-
-def _is_saveable(obj) -> bool:
-    try:
-        from keras.src.saving.keras_saveable import KerasSaveable
-    except ImportError:  # pragma: no cover - other Keras layouts
-        return isinstance(obj, (keras.layers.Layer, keras.optimizers.Optimizer, keras.metrics.Metric))
-    return isinstance(obj, KerasSaveable)
-
-
-def _children(obj):
-    """(attribute, value) pairs Keras' saving walks for ``obj`` (its own walker when available)."""
-    try:
-        from keras.src.saving.saving_lib import _walk_saveable
-    except ImportError:  # pragma: no cover - other Keras layouts
-        return sorted((k, v) for k, v in vars(obj).items() if not k.startswith("__"))
-    try:
-        return list(_walk_saveable(obj))
-    except Exception:  # an object type Keras' walker does not know: its own variables were taken already
-        return []
-
-
-def _snake_case(name: str) -> str:
-    try:
-        from keras.src.utils.naming import to_snake_case
-    except ImportError:  # pragma: no cover - other Keras layouts
-        import re
-        return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-    return to_snake_case(name)
-
-
-def _has_state_protocol(callback) -> bool:
-    return callable(getattr(callback, "get_state", None)) and callable(getattr(callback, "set_state", None))
-
-
-def _builtin_state(callback):
-    for name, attributes in _CALLBACK_STATE:
-        cls = getattr(keras.callbacks, name, None)
-        if cls is not None and isinstance(callback, cls):
-            return attributes
-    return None
-
-
-def _detached(value):
-    """A copy of a get_state() value that the callback cannot change later (the save is written in the
-    background): containers and arrays are copied."""
-    if isinstance(value, dict):
-        return {key: _detached(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_detached(item) for item in value]
-    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not isinstance(value, (str, bytes))):
-        return np.array(value, copy=True)
-    return value
-
-
-def _own_copy(value):
-    """``value`` with every NumPy array in it (in lists and dicts) copied."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, dict):
-        return {k: _own_copy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_own_copy(v) for v in value)
-    return value
-
-
-def _weights_stay_arrays(value):
-    """get_weights() gives a 0-d variable as a NumPy scalar, which a checkpoint would store as a number."""
-    if isinstance(value, list):
-        return [np.asarray(item) if isinstance(item, np.generic) else item for item in value]
-    return value
 
 
 def _local_file_size(filename):

@@ -33,6 +33,7 @@ from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .torch_state import (  # noqa: E402
+    check_schedule,
     Stopped,
     _copy_into,
     _decode,
@@ -51,7 +52,7 @@ from .torch_state import (  # noqa: E402
     _Spec,
     _stateful,
 )
-from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
+from .units import format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 
@@ -98,14 +99,7 @@ class AutoResume:
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
                  keep_every=None, verbose=1, local_dir=None, resume_from=None, **objects):
-        if save_freq is not None and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
-            raise ValueError(f"save_freq={save_freq!r} is invalid: pass a number of batches (at least 1), or None "
-                             f"for no batch-count saves.")
-        if every is not None:
-            try:
-                every = parse_duration(every, name="every")
-            except ValueError:
-                raise ValueError(f"every={every!r} is invalid: pass None or {DURATION_FORMS}.") from None
+        every = check_schedule(save_freq, every)
         for name, obj in objects.items():
             if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
                 raise ValueError(

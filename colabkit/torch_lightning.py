@@ -39,6 +39,7 @@ from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .torch_state import (  # noqa: E402
+    check_schedule,
     Stopped,
     _copy_into,
     _decode,
@@ -51,7 +52,7 @@ from .torch_state import (  # noqa: E402
     _set_rng,
     _Spec,
 )
-from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
+from .units import format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 
@@ -210,14 +211,7 @@ class AutoResume(OnExceptionCheckpoint):
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
                  keep_every=None, local_dir=None, resume_from=None, verbose=1):
-        if save_freq is not None and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
-            raise ValueError(f"save_freq={save_freq!r} is invalid: pass a number of batches (at least 1), or None "
-                             f"for no batch-count saves.")
-        if every is not None:
-            try:
-                every = parse_duration(every, name="every")
-            except ValueError:
-                raise ValueError(f"every={every!r} is invalid: pass None or {DURATION_FORMS}.") from None
+        every = check_schedule(save_freq, every)
         watch_for(deadline, started_at=time.time())   # validate it now, not at the first batch
         self.checkpoint_io = CheckpointIO(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
                                           resume_from=resume_from, verbose=verbose)

@@ -15,6 +15,7 @@ from .optional import require
 torch = require("torch", "torch", "colabkit.torch")
 
 from .checkpoints.api import CheckpointError  # noqa: E402
+from .units import DURATION_FORMS, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 
@@ -32,6 +33,19 @@ class Stopped(Exception):
 
     def _render_traceback_(self):   # IPython's hook: the message is the whole story (what was saved, what to do)
         return [f"colabkit.Stopped: {self}"]
+
+
+def check_schedule(save_freq, every):
+    """Both PyTorch adapters' save_freq/every arguments, checked: returns ``every`` in seconds (or None)."""
+    if save_freq is not None and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+        raise ValueError(f"save_freq={save_freq!r} is invalid: pass a number of batches (at least 1), or None "
+                         f"for no batch-count saves.")
+    if every is not None:
+        try:
+            every = parse_duration(every, name="every")
+        except ValueError:
+            raise ValueError(f"every={every!r} is invalid: pass None or {DURATION_FORMS}.") from None
+    return every
 
 
 class _Spec:

@@ -14,6 +14,7 @@ import pytest
 keras = pytest.importorskip("keras")
 import colabkit  # noqa: E402
 import colabkit.keras as ck  # noqa: E402
+import colabkit.keras_state as ck_keras_state  # noqa: E402
 from colabkit.checkpoints import folder, npz, state as ck_state  # noqa: E402
 from colabkit.checkpoints.folder import CheckpointFolder  # noqa: E402
 from colabkit.checkpoints.manifest import MANIFEST_NAME  # noqa: E402
@@ -168,14 +169,14 @@ def test_a_small_state_is_saved_at_every_batch_a_save_is_due_even_when_writes_ar
 def test_a_snapshot_copies_each_variable_once_and_is_independent_of_later_updates():
     model = wide_model(32)
     variable = model.layers[0].kernel
-    view = ck._host_value(variable)
+    view = ck_keras_state.host_value(variable)
     live = np.asarray(variable.value.value())
     if type(variable.value).__module__.startswith("tensorflow") and "CPU" in variable.value.device.upper():
         assert np.shares_memory(view, live), "the read of a CPU variable is viewed, not copied (.numpy() would copy)"
     buffer = np.empty(view.shape, view.dtype)
     del view, live
     before = np.array(variable.numpy())
-    ck._copy_into(buffer, variable)
+    ck_keras_state.copy_into(buffer, variable)
     variable.assign_add(np.ones(variable.shape, "float32"))
     np.testing.assert_array_equal(buffer, before)
 
