@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
+
 pytest_plugins = ["tests.standins.pytest_drive"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -83,3 +85,16 @@ def colab_standin(monkeypatch, tmp_path):
     yield types.SimpleNamespace(path=STANDINS, mountpoint=content / "drive", my_drive=content / "drive" / "MyDrive",
                                 backing=backing, log=log)
     _drop_standin_modules()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """A headless Chromium (tests/browser.py) for the whole session; skipped where Playwright or it is missing."""
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (Debian package 'chromium')")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from tests.devices.conftest import fake_gpus, run_cli  # noqa: F401 - shared fixtures: NVML stand-in, CLI
-from tests.keepalive.conftest import CHROMIUM, CHROMIUM_ARGS, start_server  # noqa: F401 - Jupyter server
+from tests.keepalive.conftest import start_server  # noqa: F401 - Jupyter server
 
 
 @pytest.fixture(scope="session")
@@ -23,18 +23,3 @@ def tiny_model(keras, width=16, steps_per_execution=1, extra=()):
                               keras.layers.Dense(width, activation="relu"), keras.layers.Dense(1)])
     model.compile("adam", "mse", steps_per_execution=steps_per_execution)
     return model
-
-
-@pytest.fixture
-def chromium():
-    """Headless Chromium (Debian's) through Playwright, for one test: closed before the keep-alive tests'
-    session-wide browser starts (two sync Playwright instances cannot run at once)."""
-    from pathlib import Path
-    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (Debian package 'chromium')")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()

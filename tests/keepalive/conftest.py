@@ -1,5 +1,5 @@
-"""Fixtures for the keep-alive tests: headless Chromium (Debian's, never a downloaded one) and a real Jupyter
-server on 127.0.0.1 with its own runtime, config and settings folders."""
+"""Fixtures for the keep-alive tests: a real Jupyter server on 127.0.0.1 with its own runtime, config and
+settings folders (the browser is tests/conftest.py's session-wide `chromium`)."""
 from __future__ import annotations
 
 import json
@@ -13,23 +13,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-CHROMIUM = os.environ.get("COLABKIT_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-@pytest.fixture(scope="session")
-def chromium():
-    """A headless Chromium from /usr/bin/chromium driven by Playwright (skipped where either is missing)."""
-    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (Debian package 'chromium')")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 def free_port() -> int:
