@@ -56,6 +56,7 @@ from .keras_state import (  # noqa: E402
     python_rng_to_json,
     weights_stay_arrays,
 )
+from .signals import pass_signal_on  # noqa: E402
 from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -934,7 +935,7 @@ class AutoResume(keras.callbacks.Callback):
             previous = self._old_handlers.get(signum, signal.SIG_DFL)
             self._skip_calls = 0
             self._restore_signal_handlers()
-            _pass_signal_on(previous, signum, frame)
+            pass_signal_on(previous, signum, frame)
             return
         name = signal.Signals(signum).name
         if self._interrupt != name:
@@ -944,7 +945,7 @@ class AutoResume(keras.callbacks.Callback):
         previous, fit_frame = self._old_handlers.get(signum, signal.SIG_DFL), self._fit_frame
         self._restore_signal_handlers()
         self._fit_frame = fit_frame   # fit() still runs when the previous handler returns
-        _pass_signal_on(previous, signum, frame)
+        pass_signal_on(previous, signum, frame)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
 
@@ -961,14 +962,6 @@ def _fit_frame_above(frame):
             return frame
         frame = frame.f_back
     return None
-
-
-def _pass_signal_on(previous, signum, frame):
-    """Let ``previous`` (a handler signal.signal returned, already reinstalled) handle the signal."""
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_DFL:
-        signal.raise_signal(signum)
 
 
 def _names_no_folder(directory) -> bool:

@@ -52,6 +52,7 @@ from .torch_state import (  # noqa: E402
     _Spec,
     _stateful,
 )
+from .signals import pass_signal_on  # noqa: E402
 from .units import format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -538,7 +539,7 @@ class AutoResume:
         if not self._loop_running(frame if frame is not None else sys._getframe(1)):
             # the training loop is gone (left by an exception, epochs() not closed yet): step aside
             self._restore_signal_handlers()
-            _pass_signal_on(previous, signum, frame)
+            pass_signal_on(previous, signum, frame)
             return
         name = signal.Signals(signum).name
         if self._interrupt != name:
@@ -546,16 +547,9 @@ class AutoResume:
             return
         # the same signal twice: stop waiting for the save and let the previous handler act now
         self._restore_signal_handlers()
-        _pass_signal_on(previous, signum, frame)
+        pass_signal_on(previous, signum, frame)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-
-
-def _pass_signal_on(previous, signum, frame):
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_DFL:
-        signal.raise_signal(signum)
 
 
 def _distributed():

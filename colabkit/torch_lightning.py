@@ -52,6 +52,7 @@ from .torch_state import (  # noqa: E402
     _set_rng,
     _Spec,
 )
+from .signals import pass_signal_on  # noqa: E402
 from .units import format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -405,10 +406,7 @@ class AutoResume(OnExceptionCheckpoint):
         # the same signal twice: stop waiting, let the previous handler act now
         previous = self._old_handlers.get(signum, signal.SIG_DFL)
         self._restore_signal_handlers()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            signal.raise_signal(signum)
+        pass_signal_on(previous, signum, frame)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
 
