@@ -15,7 +15,7 @@ from ..locations import resolve
 from .. import mounts as _mounts
 from . import state as _state
 from . import writer as _writer
-from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, new_name
+from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, InvalidCheckpoint, new_name
 from .lease import lease_for
 from .manifest import ManifestError
 from .storage import remove_tree
@@ -322,7 +322,7 @@ class Checkpoints:
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 10.0)
 
-    def restore(self, into: dict | None = None) -> Restored | None:
+    def restore(self, into: dict | None = None, *, check=None) -> Restored | None:
         """The newest valid checkpoint, or None when the folder was read and holds none.
 
         Files are checked against the manifest (sizes and sha256); a damaged checkpoint gives a warning
@@ -332,6 +332,10 @@ class Checkpoints:
         ``into`` maps state names to TensorFlow objects (models, tf.Variables, tf.Module) that are restored
         in place. With ``resume_from`` (a shared link) and no checkpoint of its own yet, the shared
         checkpoint is downloaded, verified and restored first.
+        ``check(restored)``, when given, is called with each candidate before it is returned, and before the
+        caller changes anything live: raising InvalidCheckpoint there skips that checkpoint with a warning and
+        tries the previous one (a field out of range, a file that is not what it claims); raising anything
+        else (CheckpointError: the checkpoint does not fit the objects given) ends the restore.
         """
         claimed = []
 
@@ -352,12 +356,12 @@ class Checkpoints:
             return self.local
 
         try:
-            return self._restore(into, downloads)
+            return self._restore(into, downloads, check)
         finally:
             if claimed:
                 _writer.release(self.local.path, self)
 
-    def _restore(self, into, downloads):
+    def _restore(self, into, downloads, check):
         copies = self._read_with_retries(self._copies, "the list of checkpoints")
         pulled = None
         if not copies and self.resume_from is not None:
@@ -380,6 +384,16 @@ class Checkpoints:
                         if from_local:
                             self.local.verify(info, full=True)
                         state = _state.read(info.path, into=into)
+                    source = "link" if pulled is not None else "local" if from_local else "destination"
+                    restored = Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state,
+                                        path=info.path, source=source, manifest=info.manifest)
+                    if check is not None:
+                        check(restored)
+                except InvalidCheckpoint as exc:
+                    self._warn(f"checkpoint {info.name} (step {info.step}) in {self.location} cannot be used "
+                               f"({exc}); trying the previous one")
+                    self._damaged_seen.add(info.name)
+                    break   # its other copy holds the same contents
                 except _state.StateError as exc:
                     raise CheckpointError(str(exc)) from None
                 except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
@@ -392,9 +406,7 @@ class Checkpoints:
                 if self._newest_seen is None or info.order_key() > self._newest_seen.order_key():
                     self._newest_seen = info
                 self._restored_once = True
-                source = "link" if pulled is not None else "local" if from_local else "destination"
-                return Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state, path=info.path,
-                                source=source, manifest=info.manifest)
+                return restored
         self._restored_once = True   # read, and nothing valid there
         return None
 

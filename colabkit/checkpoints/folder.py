@@ -32,6 +32,12 @@ class CorruptCheckpoint(Exception):
     """A committed checkpoint whose files do not match its manifest."""
 
 
+class InvalidCheckpoint(CorruptCheckpoint):
+    """A checkpoint whose files match its manifest but whose contents cannot be valid (a field of the wrong
+    type or out of range, a file that is not what it claims): raised by a restore's ``check`` before anything
+    live is changed, so that the store skips it with a warning and tries the previous valid checkpoint."""
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckpointInfo:
     """A committed checkpoint: where it is and what its manifest says."""
