@@ -8,6 +8,7 @@ import logging
 import time
 import warnings
 import weakref
+import zipfile
 from pathlib import Path
 
 from .. import config as _config
@@ -17,7 +18,7 @@ from . import state as _state
 from . import writer as _writer
 from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, InvalidCheckpoint, new_name
 from .lease import lease_for
-from .manifest import ManifestError
+from .manifest import MAX_STEP, ManifestError
 from .storage import remove_tree
 from .uploader import Job, Uploader
 
@@ -118,6 +119,7 @@ class Checkpoints:
                                   on_stop=self.release, direct=self._direct)
         self._generation = None       # this run's generation, settled by the first save (see _settle_run)
         self._lease_tried = False
+        self._invalid_warned = set()  # (folder, name) of invalid entries already warned about
         self._restored_once = False   # restore() has read the folder: _newest_seen is what it holds
         self._newest_seen = None      # the newest checkpoint restore() found, and the damaged ones it skipped
         self._damaged_seen: set[str] = set()
@@ -160,8 +162,14 @@ class Checkpoints:
 
     def _submit(self, step, state, *, epoch, batch, info, copy_arrays, release) -> None:
         """Snapshot ``state`` and hand it to the uploader; once handed over, the uploader calls ``release``."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step={step!r} is invalid: pass a non-negative integer (e.g. the global batch count).")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            raise ValueError(f"step={step!r} is invalid: pass a whole number from 0 to {MAX_STEP} (e.g. the global "
+                             f"batch count; a count of samples or tokens fits too).")
+        for name, value in (("epoch", epoch), ("batch", batch)):
+            # what a manifest may hold is what restore() accepts: a save it would refuse is a lost save
+            if value is not None and (isinstance(value, bool) or not hasattr(value, "__index__")
+                                      or not 0 <= value.__index__() <= MAX_STEP):
+                raise ValueError(f"{name}={value!r} is invalid: pass None or a whole number from 0 to {MAX_STEP}.")
         if self._uploader.closed:
             raise RuntimeError("This Checkpoints object is closed; create a new one to save again.")
         first = self._generation is None
@@ -284,14 +292,25 @@ class Checkpoints:
     def _listing(self, *, strict: bool) -> list[CheckpointInfo]:
         """Every committed copy, local ones first. ``strict``: an unreadable destination raises OSError;
         otherwise only the local copies are returned then."""
-        found = list(self.local.committed())
+        found = self._committed_in(self.local)
         if self.dest is not None:
             try:
-                found += self.dest.committed()
+                found += self._committed_in(self.dest)
             except OSError:
                 if strict:
                     raise
         return found
+
+    def _committed_in(self, folder) -> list[CheckpointInfo]:
+        """``folder``'s committed checkpoints; entries colabkit would never have written (a link, a manifest
+        with a field out of range) are left out with one warning each."""
+        listing = folder.scan(confirm=True)
+        listing.raise_if_unreadable(folder.path)
+        for name, why in listing.invalid.items():
+            if (folder.path, name) not in self._invalid_warned:
+                self._invalid_warned.add((folder.path, name))
+                self._warn(f"{name} in {folder.path} is not used: {why}")
+        return listing.committed
 
     def _copies(self) -> dict:
         """name -> the committed copies of that checkpoint, the local one first (it reads faster; it was
@@ -378,12 +397,12 @@ class Checkpoints:
                 try:
                     if in_place:
                         contents = self._read_checked(info, retry=not from_local)
-                        state = _state.from_contents(contents, info.path, into=into)
+                        state = _decoded(lambda: _state.from_contents(contents, info.path, into=into))
                     else:
                         info = info if from_local else self._download(info, downloads())
                         if from_local:
                             self.local.verify(info, full=True)
-                        state = _state.read(info.path, into=into)
+                        state = _decoded(lambda: _state.read(info.path, into=into))
                     source = "link" if pulled is not None else "local" if from_local else "destination"
                     restored = Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state,
                                         path=info.path, source=source, manifest=info.manifest)
@@ -393,7 +412,7 @@ class Checkpoints:
                     self._warn(f"checkpoint {info.name} (step {info.step}) in {self.location} cannot be used "
                                f"({exc}); trying the previous one")
                     self._damaged_seen.add(info.name)
-                    break   # its other copy holds the same contents
+                    continue
                 except _state.StateError as exc:
                     raise CheckpointError(str(exc)) from None
                 except (CorruptCheckpoint, ManifestError, OSError, ValueError, KeyError) as exc:
@@ -437,6 +456,21 @@ class Checkpoints:
     def _warn(self, message: str) -> None:
         log.warning("colabkit: %s", message)
         warnings.warn(f"colabkit: {message}", RuntimeWarning, stacklevel=3)
+
+
+def _decoded(load):
+    """``load()``'s state. Files that matched their manifest can still hold contents colabkit never writes
+    (state.json nested 100,000 deep, an array key that is not there): InvalidCheckpoint, so that the
+    previous checkpoint is tried. StateError (the state does not fit the objects given) passes through."""
+    try:
+        state = load()
+    except _state.StateError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, RecursionError, UnicodeDecodeError, zipfile.BadZipFile) as exc:
+        raise InvalidCheckpoint(f"its state cannot be read: {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, dict):
+        raise InvalidCheckpoint(f"its state is a {type(state).__name__}, and colabkit saves a dict")
+    return state
 
 
 @atexit.register

@@ -13,13 +13,16 @@ import errno
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 
 from . import manifest as _manifest
 from . import npz as _npz
-from .storage import copy_file, fsync_dir, remove_tree, write_bytes
+from .manifest import InvalidManifest
+from .storage import UnsafeEntry, copy_file, fsync_dir, open_inside, remove_tree, write_bytes
 
-_NAME = re.compile(r"^ckpt-(\d{12})-([0-9a-f]{6})$")
+# the step is written with at least 12 digits; steps counted in samples or tokens have more (up to 19: int64)
+_NAME = re.compile(r"^ckpt-(\d{12,19})-([0-9a-f]{6})$")
 LEASE_NAME = ".colabkit-lease.json"   # see lease.py
 
 
@@ -82,10 +85,13 @@ class CheckpointInfo:
 class Listing:
     """One look at a folder. ``incomplete``: checkpoint folders positively without a valid manifest (being
     written, or abandoned); ``unreadable``: name -> error for folders whose manifest could not be read (a
-    dropped mount, an I/O error): neither committed nor incomplete, as far as anyone can tell."""
+    dropped mount, an I/O error): neither committed nor incomplete, as far as anyone can tell; ``invalid``:
+    name -> reason for entries colabkit would never have written (a link, a manifest with a field out of
+    range or disagreeing with the folder's name): not used, not deleted."""
     committed: list
     incomplete: list
     unreadable: dict
+    invalid: dict = dataclasses.field(default_factory=dict)   # name -> why it is not used (never deleted)
 
     def raise_if_unreadable(self, where) -> None:
         if self.unreadable:
@@ -112,9 +118,19 @@ def names_to_keep(committed: list, keep: int, keep_every: float | None) -> set[s
 
 
 def new_name(step: int) -> str:
-    if step < 0:
-        raise ValueError(f"step={step!r} must be a non-negative integer.")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= _manifest.MAX_STEP:
+        raise ValueError(f"step={step!r} must be a whole number from 0 to {_manifest.MAX_STEP} (an int64 step "
+                         f"counter); pass the step as a Python int.")
     return f"ckpt-{step:012d}-{secrets.token_hex(3)}"
+
+
+def check_name(manifest: dict, name: str, where: str) -> dict:
+    """``manifest``, when the step in the checkpoint folder's ``name`` is the manifest's; else InvalidManifest."""
+    match = _NAME.match(name)
+    if match is not None and match.group(1) != f"{manifest['step']:012d}":
+        raise InvalidManifest(f"{where} says step {manifest['step']}, and its folder's name says step "
+                              f"{int(match.group(1))}; the checkpoint is not used")
+    return manifest
 
 
 class CheckpointFolder:
@@ -142,27 +158,45 @@ class CheckpointFolder:
         return [self.path / name for name in names if _NAME.match(name)]
 
     def read_manifest(self, ckpt_dir: Path) -> dict:
-        """The checkpoint's manifest; raises ManifestError (or OSError) when it is not committed."""
+        """The checkpoint's manifest; raises ManifestError (or OSError) when it is not committed, and
+        InvalidManifest when it is not one colabkit could have written there."""
+        where = str(ckpt_dir / _manifest.MANIFEST_NAME)
         try:
-            data = (ckpt_dir / _manifest.MANIFEST_NAME).read_bytes()
+            with open(open_inside(ckpt_dir, _manifest.MANIFEST_NAME), "rb") as fh:
+                # read(n) would allocate n bytes up front: look at the size first
+                data = None if os.fstat(fh.fileno()).st_size > _manifest.MAX_MANIFEST_BYTES else fh.read()
         except FileNotFoundError:
             raise _manifest.ManifestError(f"{ckpt_dir} has no {_manifest.MANIFEST_NAME}") from None
-        return _manifest.loads(data, where=str(ckpt_dir / _manifest.MANIFEST_NAME))
+        except UnsafeEntry as exc:
+            raise InvalidManifest(str(exc)) from None
+        if data is None or len(data) > _manifest.MAX_MANIFEST_BYTES:
+            raise InvalidManifest(f"{where} is larger than {_manifest.MAX_MANIFEST_BYTES} bytes; it is not read")
+        return check_name(_manifest.loads(data, where=where), ckpt_dir.name, where)
 
-    def scan(self) -> Listing:
-        """Committed (oldest first), incomplete and unreadable checkpoint folders. Raises OSError when the
-        folder itself cannot be listed."""
-        found, incomplete, unreadable = [], [], {}
+    def scan(self, *, confirm: bool = False) -> Listing:
+        """Committed (oldest first), incomplete, unreadable and invalid checkpoint folders. Raises OSError
+        when the folder itself cannot be listed (``confirm`` is for back ends whose listings lag; a
+        filesystem's does not). Only real folders are read: an entry with a checkpoint's
+        name that is a symbolic link is listed as invalid and never followed (nor deleted through)."""
+        found, incomplete, unreadable, invalid = [], [], {}, {}
         for path in self._candidates():
             try:
+                mode = os.lstat(path).st_mode
+                if stat.S_ISLNK(mode):
+                    invalid[path.name] = "a symbolic link, which colabkit never makes; it is not followed"
+                    continue
+                if not stat.S_ISDIR(mode):
+                    continue                  # a file that happens to have a checkpoint's name
                 found.append(CheckpointInfo(path, self.read_manifest(path)))
-            except NotADirectoryError:
-                continue                      # a file that happens to have a checkpoint's name
+            except FileNotFoundError:
+                continue                      # deleted while listed
+            except InvalidManifest as exc:
+                invalid[path.name] = str(exc)
             except _manifest.ManifestError:
                 incomplete.append(path.name)
             except OSError as exc:
                 unreadable[path.name] = exc
-        return Listing(sorted(found, key=CheckpointInfo.order_key), sorted(incomplete), unreadable)
+        return Listing(sorted(found, key=CheckpointInfo.order_key), sorted(incomplete), unreadable, invalid)
 
     def committed(self) -> list[CheckpointInfo]:
         """Committed checkpoints, oldest first. Raises OSError when the folder or a manifest cannot be read
@@ -176,19 +210,18 @@ class CheckpointFolder:
         return self.scan().incomplete
 
     def verify(self, info: CheckpointInfo, *, full: bool = True) -> None:
-        """Check every file's size (and, with ``full``, sha256) against the manifest; raises CorruptCheckpoint."""
+        """Check every file's size (and, with ``full``, sha256) against the manifest; raises CorruptCheckpoint.
+        Only regular files inside the checkpoint's folder are read (see open_file)."""
         for rel, meta in info.manifest["files"].items():
-            file = info.path / rel
-            try:
-                size = file.stat().st_size
-            except FileNotFoundError:
-                raise CorruptCheckpoint(f"{file} is missing") from None
-            if size != meta["size"]:
-                raise CorruptCheckpoint(f"{file} has {size} bytes, the manifest says {meta['size']}")
-            if full:
-                digest, _ = _manifest.sha256_file(file)
-                if digest != meta["sha256"]:
-                    raise CorruptCheckpoint(f"{file} does not match its sha256 in the manifest")
+            fd = open_file(info, rel)
+            with open(fd, "rb") as fh:
+                size = os.fstat(fd).st_size
+                if size != meta["size"]:
+                    raise CorruptCheckpoint(f"{info.path / rel} has {size} bytes, the manifest says {meta['size']}")
+                if full:
+                    digest, _ = _manifest.sha256_file(fh)
+                    if digest != meta["sha256"]:
+                        raise CorruptCheckpoint(f"{info.path / rel} does not match its sha256 in the manifest")
 
     def commit(self, ckpt_dir: Path, *, step: int, epoch=None, batch=None, info: dict | None = None,
                generation: int = 0, written: dict | None = None) -> CheckpointInfo:
@@ -225,9 +258,8 @@ class CheckpointFolder:
         for rel, meta in info.manifest["files"].items():
             file = info.path / rel
             try:
-                data, digest = _npz.read_into_memory(file, expected_size=meta["size"])
-            except FileNotFoundError:
-                raise CorruptCheckpoint(f"{file} is missing") from None
+                with open(open_file(info, rel), "rb", buffering=0) as fh:
+                    data, digest = _npz.read_into_memory(fh, expected_size=meta["size"])
             except EOFError:
                 raise CorruptCheckpoint(f"{file} does not have the {meta['size']} bytes the manifest says") from None
             if digest != meta["sha256"]:
@@ -252,7 +284,7 @@ class CheckpointFolder:
         target.mkdir()
         for rel, meta in source.manifest["files"].items():
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            digest, size = copy_file(source.path / rel, target / rel, durable=durable, digest=check_hashes)
+            digest, size = copy_file(open_file(source, rel), target / rel, durable=durable, digest=check_hashes)
             problem = (f"{source.path / rel} has {size} bytes, the manifest says {meta['size']}"
                        if size != meta["size"] else
                        f"{source.path / rel} does not match its sha256 in the manifest"
@@ -321,6 +353,18 @@ class CheckpointFolder:
             remove_tree(self.path / name)
             deleted.append(name)
         return deleted
+
+
+def open_file(info: CheckpointInfo, rel: str) -> int:
+    """A read-only descriptor of the checkpoint's file ``rel``: a regular file inside its folder, reached
+    without following links (a FIFO would hang a read, a link would read outside). CorruptCheckpoint when it
+    is missing or is anything else."""
+    try:
+        return open_inside(info.path, rel)
+    except FileNotFoundError:
+        raise CorruptCheckpoint(f"{info.path / rel} is missing") from None
+    except UnsafeEntry as exc:
+        raise CorruptCheckpoint(str(exc)) from None
 
 
 def _files_under(root: Path) -> list[str]:

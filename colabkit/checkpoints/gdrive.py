@@ -16,6 +16,7 @@ from .. import gdrive as _gdrive
 from . import manifest as _manifest
 from .folder import (
     _NAME,
+    check_name,
     LEASE_NAME,
     CheckpointError,
     CheckpointFolder,
@@ -116,14 +117,18 @@ class DriveApiFolder:
         return listing
 
     def _scan(self, folders: dict) -> Listing:
-        found, incomplete, unreadable = [], [], {}
+        found, incomplete, unreadable, invalid = [], [], {}, {}
         for name, items in folders.items():
             if len(items) > 1:
                 self.client.pick(items, str(self))
             info = None
             for item in reversed(items):       # newest first; the first with a valid manifest wins
                 try:
-                    manifest = self._read_manifest(item["id"], f"{self}/{name}")
+                    where = f"{self}/{name}/{_manifest.MANIFEST_NAME}"
+                    manifest = check_name(self._read_manifest(item["id"], f"{self}/{name}"), name, where)
+                except _manifest.InvalidManifest as exc:
+                    invalid[name] = str(exc)
+                    continue
                 except _manifest.ManifestError:
                     continue
                 except OSError as exc:
@@ -134,9 +139,10 @@ class DriveApiFolder:
                 break
             if info is not None:
                 found.append(info)
-            elif name not in unreadable:
+                invalid.pop(name, None)
+            elif name not in unreadable and name not in invalid:
                 incomplete.append(name)
-        return Listing(sorted(found, key=CheckpointInfo.order_key), sorted(incomplete), unreadable)
+        return Listing(sorted(found, key=CheckpointInfo.order_key), sorted(incomplete), unreadable, invalid)
 
     def committed(self) -> list[CheckpointInfo]:
         """Committed checkpoints, oldest first, confirmed against a lagging listing (see scan)."""

@@ -7,28 +7,49 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
+import re
 import time
 
 FORMAT = "colabkit-checkpoint/1"
 MANIFEST_NAME = "MANIFEST.json"
+MAX_STEP = 2 ** 63 - 1        # what a framework's int64 step counter holds
+MAX_GENERATION = 2 ** 31 - 1
+MAX_FILE_SIZE = 2 ** 50       # 1 PiB: any size above it is a lie, and must not reach an allocation
+MAX_MANIFEST_BYTES = 64 << 20  # ~400,000 files; a bigger manifest is not one colabkit wrote
 _CHUNK = 4 << 20
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ManifestError(ValueError):
-    """A manifest is missing, unparsable, of another format, or does not match its own checksum."""
+    """A manifest is missing, unparsable, of another format, or does not match its own checksum: the
+    checkpoint was not completely written (or was damaged)."""
+
+
+class InvalidManifest(ManifestError):
+    """A manifest that is complete (it matches its own checksum) but that colabkit would never have written:
+    a field missing, of the wrong type, out of range, or disagreeing with the folder's name. The checksum
+    proves integrity, not authorship: anyone can edit a manifest and recompute it."""
 
 
 def sha256_file(path, *, fsync: bool = False) -> tuple[str, int]:
-    """(hex digest, size) of a file; with ``fsync``, also flush it to stable storage."""
-    digest, size = hashlib.sha256(), 0
+    """(hex digest, size) of a file (a path, or a binary file open for reading); with ``fsync``, also flush
+    it to stable storage."""
+    if hasattr(path, "read"):
+        return _sha256_stream(path, fsync=fsync)
     with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-        if fsync:
-            os.fsync(fh.fileno())
+        return _sha256_stream(fh, fsync=fsync)
+
+
+def _sha256_stream(fh, *, fsync: bool) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    while chunk := fh.read(_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    if fsync:
+        os.fsync(fh.fileno())
     return digest.hexdigest(), size
 
 
@@ -85,22 +106,58 @@ def dumps(manifest: dict) -> bytes:
 
 
 def loads(data: bytes, where: str = "manifest") -> dict:
-    """Parse and self-check a manifest; raises ManifestError saying what is wrong."""
+    """Parse, self-check and validate a manifest; raises ManifestError (incomplete or damaged) or
+    InvalidManifest (complete, but with a field colabkit would never write), saying what is wrong."""
     try:
         manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{where} is not valid JSON ({exc}); the checkpoint was not completely written") from None
+    except RecursionError:
+        raise InvalidManifest(f"{where} is nested too deeply to be a manifest colabkit wrote") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ManifestError(f"{where} is not a {FORMAT} manifest")
     body = {k: v for k, v in manifest.items() if k != "checksum"}
-    if manifest.get("checksum") != _body_checksum(body):
+    try:
+        intact = manifest.get("checksum") == _body_checksum(body)
+    except (RecursionError, ValueError, TypeError):
+        raise InvalidManifest(f"{where} is nested too deeply to be a manifest colabkit wrote") from None
+    if not intact:
         raise ManifestError(f"{where} does not match its own checksum; it was damaged or partly written")
-    if not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("step"), int):
-        raise ManifestError(f"{where} lacks its file list or step")
-    for rel in manifest["files"]:
+    problem = _field_problem(manifest)
+    if problem:
+        raise InvalidManifest(f"{where} {problem}; the checkpoint is not used")
+    return manifest
+
+
+def _whole(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _field_problem(manifest: dict) -> str | None:
+    """What is wrong with a self-consistent manifest's fields (None when each has the type and range
+    colabkit writes)."""
+    if not _whole(manifest.get("step"), 0, MAX_STEP):
+        return f"has step {manifest.get('step')!r}, not a whole number from 0 to {MAX_STEP}"
+    for key in ("epoch", "batch"):
+        if manifest.get(key) is not None and not _whole(manifest[key], 0, MAX_STEP):
+            return f"has {key} {manifest[key]!r}, not a whole number from 0 to {MAX_STEP}"
+    if not _whole(manifest.get("generation", 0), 0, MAX_GENERATION):
+        return f"has generation {manifest.get('generation')!r}, not a whole number from 0 to {MAX_GENERATION}"
+    created = manifest.get("created")
+    if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created) or created < 0:
+        return f"has created {created!r}, not a time in seconds"
+    for key in ("info", "versions"):
+        if not isinstance(manifest.get(key, {}), dict):
+            return f"has {key} of type {type(manifest[key]).__name__}, not an object"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return "lacks its file list"
+    for rel, meta in files.items():
         why = unsafe_path(rel)
         if why:
-            raise ManifestError(f"{where} lists the file {rel!r}, {why}; the checkpoint is not used")
-    if not isinstance(manifest.get("generation", 0), int):
-        raise ManifestError(f"{where} has a generation that is not a whole number")
-    return manifest
+            return f"lists the file {rel!r}, {why}"
+        if not isinstance(meta, dict) or not _whole(meta.get("size"), 0, MAX_FILE_SIZE):
+            return f"gives {rel!r} the size {meta.get('size') if isinstance(meta, dict) else meta!r}, not a byte count"
+        if not isinstance(meta.get("sha256"), str) or not _SHA256.match(meta["sha256"]):
+            return f"gives {rel!r} the sha256 {meta.get('sha256')!r}, not 64 hex digits"
+    return None

@@ -12,7 +12,9 @@ reads it), written so that saving and restoring touch every byte as few times as
   without another copy;
 * reading reads the file once into one buffer, hashing it in a second thread as it arrives, and returns the
   arrays as views into that buffer (after the sha256 matched the manifest, which makes the zip CRCs
-  redundant); arrays under 1 MB are copied out, so that keeping one does not keep the buffer. Files this module did not write (``np.savez``'s, compressed members) are read with ``np.load``.
+  redundant); arrays under 1 MB are copied out, so that keeping one does not keep the buffer. Compressed or
+  encrypted members (``np.savez_compressed``'s) are refused: colabkit never writes them, and a deflated
+  member from someone else can expand without bound.
 
 Only numeric/string dtypes: an object array (which would need pickle) is refused when reading and writing.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import queue
 import struct
@@ -212,30 +215,40 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
     return digest, offset
 
 
-def read_into_memory(path, *, expected_size: int | None = None) -> tuple[memoryview, str]:
-    """The file's bytes (in a 64-byte aligned, writable buffer) and their sha256, read once. With
-    ``expected_size``, a file of another size raises EOFError (without reading more than one byte past it)."""
-    with open(path, "rb", buffering=0) as fh:
-        size = os.fstat(fh.fileno()).st_size if expected_size is None else expected_size
-        backing = np.empty(size + ALIGN, np.uint8)
-        skip = -backing.ctypes.data % ALIGN
-        view = memoryview(backing)[skip:skip + size]
-        hasher = _Hasher()
-        got = 0
-        try:
-            while got < size:
-                n = fh.readinto(view[got:got + CHUNK])
-                if not n:
-                    break
-                hasher.feed(view[got:got + n])
-                got += n
-            extra = fh.read(1) if got == size else b""
-        except BaseException:
-            hasher.abandon()
-            raise
-        digest = hasher.hexdigest()
+def read_into_memory(source, *, expected_size: int | None = None) -> tuple[memoryview, str]:
+    """The file's bytes (in a 64-byte aligned, writable buffer) and their sha256, read once. ``source``: a
+    path, or a raw binary file open for reading. With ``expected_size``, a file of another size raises
+    EOFError, before anything is allocated for it when the size can be seen (a manifest can lie about it)."""
+    if hasattr(source, "readinto"):
+        return _read_all(source, expected_size, getattr(source, "name", "file"))
+    with open(source, "rb", buffering=0) as fh:
+        return _read_all(fh, expected_size, source)
+
+
+def _read_all(fh, expected_size, where) -> tuple[memoryview, str]:
+    actual = os.fstat(fh.fileno()).st_size
+    size = actual if expected_size is None else expected_size
+    if actual != size:   # a growing file is caught below; this one is not read into a buffer of a lie's size
+        raise EOFError(f"{where} has {actual} bytes, not {size}")
+    backing = np.empty(size + ALIGN, np.uint8)
+    skip = -backing.ctypes.data % ALIGN
+    view = memoryview(backing)[skip:skip + size]
+    hasher = _Hasher()
+    got = 0
+    try:
+        while got < size:
+            n = fh.readinto(view[got:got + CHUNK])
+            if not n:
+                break
+            hasher.feed(view[got:got + n])
+            got += n
+        extra = fh.read(1) if got == size else b""
+    except BaseException:
+        hasher.abandon()
+        raise
+    digest = hasher.hexdigest()
     if got != size or extra:
-        raise EOFError(f"{path} is {'shorter' if got < size else 'longer'} than {size} bytes")
+        raise EOFError(f"{where} is {'shorter' if got < size else 'longer'} than {size} bytes")
     return view, digest
 
 
@@ -249,9 +262,9 @@ def load(buffer, *, where: str = "arrays.npz") -> dict:
         for info in infos:
             key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
             if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
-                with archive.open(info) as member:
-                    arrays[key] = np.lib.format.read_array(member, allow_pickle=False)
-                continue
+                # colabkit never writes these; a deflated member can expand a thousandfold (a zip bomb)
+                raise ValueError(f"{where}: {info.filename} is compressed or encrypted, which colabkit never "
+                                 f"writes; the checkpoint is not used")
             local = bytes(view[info.header_offset:info.header_offset + 30]) if info.header_offset >= 0 else b""
             if len(local) < 30 or local[:4] != b"PK\x03\x04":
                 raise zipfile.BadZipFile(f"{where}: bad local header for {info.filename}")
@@ -277,7 +290,7 @@ def _npy_view(member: memoryview, where: str) -> np.ndarray:
         return np.lib.format.read_array(io.BytesIO(bytes(member)), allow_pickle=False)
     if dtype.hasobject:
         raise ValueError(f"{where} holds an object array, which cannot be loaded without pickle")
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape)   # Python ints: a shape whose product overflows int64 cannot match the size
     offset = head.tell()
     if member.nbytes - offset != count * dtype.itemsize:
         raise ValueError(f"{where}: {member.nbytes - offset} data bytes for shape {shape} of {dtype}")

@@ -13,7 +13,8 @@ from .folder import CheckpointFolder, CorruptCheckpoint
 def checkpoints_report(location, *, verify: bool = False, as_json: bool = False) -> tuple[str, bool]:
     """(text, all_ok): the committed checkpoints in ``location``, oldest first; with ``verify``, each one's
     files are checked against its manifest. Folders without a valid manifest are counted as leftovers; folders
-whose manifest cannot be read are listed as unreadable (and make ``all_ok`` False)."""
+whose manifest cannot be read are listed as unreadable, and entries colabkit would never have written (a link,
+a manifest with a field out of range) as invalid; both make ``all_ok`` False."""
     path = resolve(location)
     if not isinstance(path, Path):
         folder = path                     # a back end that is not a filesystem (gdrive://)
@@ -34,14 +35,16 @@ whose manifest cannot be read are listed as unreadable (and make ``all_ok`` Fals
             except CorruptCheckpoint as exc:
                 problem, ok = str(exc), False
         rows.append({"name": info.name, "step": info.step, "epoch": info.epoch, "batch": info.batch,
-                     "created": info.created, "size": info.size, "reason": info.manifest["info"].get("reason"),
+                     "created": info.created, "size": info.size, "reason": info.manifest.get("info", {}).get("reason"),
                      "valid": None if not verify else problem is None, "problem": problem})
-    leftovers = listing.incomplete
+    leftovers, invalid = listing.incomplete, listing.invalid
+    ok = ok and not invalid
     if as_json:
         return json.dumps({"location": str(location), "path": str(path), "checkpoints": rows,
-                           "leftovers": leftovers, "unreadable": unreadable}, indent=2), ok
+                           "leftovers": leftovers, "unreadable": unreadable, "invalid": invalid}, indent=2), ok
     lines = [f"{path}: {len(rows)} committed checkpoint(s)" + (f", {len(leftovers)} leftover(s)" if leftovers else "")
-             + (f", {len(unreadable)} UNREADABLE" if unreadable else "")]
+             + (f", {len(unreadable)} UNREADABLE" if unreadable else "")
+             + (f", {len(invalid)} INVALID" if invalid else "")]
     now = time.time()
     for r in rows:
         where = f"epoch {r['epoch']}, batch {r['batch']}" if r["epoch"] is not None else "-"
@@ -50,4 +53,5 @@ whose manifest cannot be read are listed as unreadable (and make ``all_ok`` Fals
                      f"{format_duration(now - r['created'])} ago{status}")
     lines += [f"  {name}  UNREADABLE: {error} (nothing is deleted while it cannot be read)"
               for name, error in sorted(unreadable.items())]
+    lines += [f"  {name}  INVALID, not used: {why}" for name, why in sorted(invalid.items())]
     return "\n".join(lines), ok

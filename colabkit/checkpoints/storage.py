@@ -5,12 +5,54 @@ completeness is decided by the manifest alone (see manifest.py).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
+import stat
 from pathlib import Path
 
 _CHUNK = 4 << 20
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | _CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC
+
+
+class UnsafeEntry(Exception):
+    """A file of a checkpoint that is not a regular file inside its folder: a symbolic link (to anywhere), a
+    FIFO, a device or a folder. Checkpoint folders can come from other people; colabkit never makes these."""
+
+
+def open_inside(root: Path, rel: str) -> int:
+    """A read-only descriptor of the regular file ``rel`` ("/"-separated) inside ``root``, reached without
+    following a symbolic link below ``root``. Raises UnsafeEntry for a link, FIFO, device or folder, and
+    FileNotFoundError for a missing file. Never blocks: a FIFO is refused, not waited on."""
+    *folders, name = rel.split("/")
+    where = Path(root, rel)
+    if os.open in os.supports_dir_fd:
+        fd = os.open(root, _DIR_FLAGS)
+        try:
+            for part in folders:
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR):
+                raise UnsafeEntry(f"{where} is reached through a symbolic link or a file; it is not read") from None
+            raise
+        finally:
+            os.close(fd)
+    else:   # no openat (Windows): check each part, then open
+        for depth in range(1, len(folders) + 2):
+            part = Path(root, *rel.split("/")[:depth])
+            if stat.S_ISLNK(os.lstat(part).st_mode):
+                raise UnsafeEntry(f"{part} is a symbolic link; it is not followed")
+        file_fd = os.open(where, _FILE_FLAGS)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise UnsafeEntry(f"{where} is not a regular file (a FIFO, device or folder); it is not read")
+    return file_fd
 
 
 def fsync_dir(path: Path) -> None:
@@ -34,9 +76,9 @@ def write_bytes(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def copy_file(src: Path, dst: Path, *, durable: bool = True, digest: bool = True) -> tuple[str | None, int]:
+def copy_file(src, dst: Path, *, durable: bool = True, digest: bool = True) -> tuple[str | None, int]:
     """Copy in chunks, hashing on the way (unless ``digest`` is False: None is returned for it); fsync when
-    ``durable``. Returns (sha256 hex, size).
+    ``durable``. Returns (sha256 hex, size). ``src``: a path, or an open descriptor (closed here).
 
     Raises OSError (ENOSPC, ENOTCONN, ...) as is.
     """

@@ -2,6 +2,7 @@
 a local destination written once, a resume that reads each file once. The times are in bench/save_cost.py."""
 import importlib.util
 import json
+import os
 import threading
 import time
 import tracemalloc
@@ -231,8 +232,8 @@ def test_resume_reads_each_file_once_without_a_local_copy_and_rejects_a_damaged_
             ckpt.save(step, {"w": np.full(200_000, float(step)), "step": step}, wait=True)
     reads, copies = [], []
     real_read = npz.read_into_memory
-    monkeypatch.setattr(npz, "read_into_memory", lambda path, **kw: reads.append(Path(path).name) or
-                        real_read(path, **kw))
+    monkeypatch.setattr(npz, "read_into_memory", lambda source, **kw: reads.append(_name_of(source)) or
+                        real_read(source, **kw))
     real_copy = folder.copy_file
     monkeypatch.setattr(folder, "copy_file", lambda *a, **kw: copies.append(a) or real_copy(*a, **kw))
     fresh = colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm2")
@@ -347,3 +348,10 @@ def test_a_save_that_fails_gives_its_snapshot_buffers_back(tmp_path, ck_env):
     saved = [detail for _, kind, detail in auto.events if kind == "save"]
     assert [d.split()[1] for d in saved] == ["2", "4", "6", "8"], saved
     assert auto._buffers.sets_allocated == 1
+
+
+def _name_of(source) -> str:
+    """The file name of a path, or of a file opened by descriptor (as the store opens checkpoint files)."""
+    if hasattr(source, "fileno"):
+        return Path(os.readlink(f"/proc/self/fd/{source.fileno()}")).name
+    return Path(source).name
