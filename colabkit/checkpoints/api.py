@@ -5,6 +5,7 @@ import atexit
 import dataclasses
 import hashlib
 import logging
+import os
 import time
 import warnings
 import weakref
@@ -47,7 +48,7 @@ def _validate_keep(keep) -> int:
 def _refuse_a_file(path, argument: str) -> None:
     """ValueError at once for a folder argument that names a file (reading it would fail as if a mount were
     down, and be retried for minutes)."""
-    if isinstance(path, Path) and path.is_file():
+    if isinstance(path, Path) and os.path.isfile(path):   # False also when it cannot be read now (a mount down)
         raise ValueError(f"{argument}: {path} is a file, not a folder; pass a folder for the checkpoints (it is "
                          f"created when missing), such as \"drive:runs/mnist\" or \"checkpoints/mnist\".")
 
@@ -329,8 +330,8 @@ class Checkpoints:
         while True:
             try:
                 return read()
-            except (CorruptCheckpoint, FileNotFoundError, NotADirectoryError):
-                raise   # a retry cannot change these
+            except (CorruptCheckpoint, FileNotFoundError):
+                raise
             except OSError as exc:
                 left = deadline - time.monotonic()
                 if left <= 0:
