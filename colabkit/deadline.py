@@ -105,13 +105,19 @@ def watch_for(deadline, *, started_at: float, margin_floor: float = 60.0) -> Dea
 
     "auto": the runtime cap of this session (if any) and registered clocks (idle cutoff);
     None / "off": no deadline; a duration ("11h30m", seconds): a time budget from ``started_at``;
-    a datetime or an object with next_deadline(): as given.
+    a datetime (ValueError once it has passed) or an object with next_deadline(): as given.
     """
     if deadline is None or (isinstance(deadline, str) and deadline.strip().lower() in ("off", "none")):
         return DeadlineWatch([], margin_floor=margin_floor)
     if isinstance(deadline, str) and deadline.strip().lower() == "auto":
         return DeadlineWatch([RuntimeCapClock()], margin_floor=margin_floor, include_registered=True)
     if isinstance(deadline, _dt.datetime):
+        if deadline.timestamp() <= time.time():
+            zone = "" if deadline.tzinfo else " (a datetime without tzinfo is read in this machine's time zone)"
+            now = _dt.datetime.now(deadline.tzinfo)
+            raise ValueError(f"deadline={deadline!r} ({deadline:%Y-%m-%d %H:%M:%S}) has already passed: it is "
+                             f"{now:%Y-%m-%d %H:%M:%S} now{zone}. Pass a later time, a time budget such as "
+                             f"\"11h30m\", or \"auto\".")
         return DeadlineWatch([FixedClock(deadline.timestamp())], margin_floor=margin_floor)
     if hasattr(deadline, "next_deadline"):
         return DeadlineWatch([deadline], margin_floor=margin_floor)

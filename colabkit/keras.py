@@ -784,15 +784,10 @@ class AutoResume(keras.callbacks.Callback):
             if self._stopped_for is None and self.delete_checkpoint:   # as BackupAndRestore: training finished
                 self.checkpoints.close()
                 self._checkpoints_closed = True
-                from .checkpoints.storage import remove_tree
-                destination = self.checkpoints.destination
-                if self._mw is not None and not self._mw.is_chief:
-                    pass   # the chief's folder: the chief removes it
-                elif isinstance(destination, os.PathLike):
-                    remove_tree(destination)
-                else:  # a back end that is not a filesystem (gdrive://)
-                    destination.remove_all()
-                remove_tree(self.checkpoints.local.path)
+                if self._mw is None or self._mw.is_chief:   # the chief's folder: the chief removes it
+                    self.checkpoints.delete_all()
+                else:
+                    self.checkpoints.local.remove_all()
             if self.checkpoints.wait(0):   # all on the destination: another run may write here now
                 self.checkpoints.release()
         finally:

@@ -5,6 +5,7 @@ Schemes are a small registry so other back ends (an API-backed Drive, shared lin
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from . import config as _config
@@ -45,23 +46,32 @@ def colab_drive_root() -> Path:
     return COLAB_MOUNTPOINT / "MyDrive"
 
 
-def drive_root(settings: _config.Settings | None = None) -> Path:
-    """The folder that "drive:" paths are relative to."""
+def drive_root(settings: _config.Settings | None = None, *, mount: bool = True) -> Path | None:
+    """The folder that "drive:" paths are relative to. ``mount=False``: None on Colab while Drive is not
+    mounted, instead of mounting it."""
     settings = settings or _config.load()
     if settings.drive_root != _config.AUTO:
-        return settings.drive_root
+        return Path(settings.drive_root)
     if detect_kind() == "colab":
-        return colab_drive_root()
+        return colab_drive_root() if mount else mounted_colab_drive()
     return Path(os.path.expanduser(str(LOCAL_DRIVE_DEFAULT)))
 
 
 def _resolve_drive(rest: str):
-    rest = rest.lstrip("/")
-    if not rest:
-        raise ValueError('The location "drive:" names no folder; write it as "drive:<folder>", e.g. "drive:runs/mnist".')
+    folder = rest.lstrip("/")
+    # "." and ".." would name the Drive root itself or a folder outside it, which a run then fills, prunes and
+    # (with delete_checkpoint) empties; a backslash separates folders where Windows reads the path
+    if not folder or any(part in (".", "..") for part in re.split(r"[/\\]", folder)):
+        raise ValueError(f'The location "drive:{rest}" names no folder below the Drive root; write the path of '
+                         f'a folder of its own below it, without "." or "..", e.g. "drive:runs/mnist".')
     if _config.load().drive_via == "api":  # no mount here: "drive:x" means gdrive://x
-        return _resolve_gdrive(rest)
-    return drive_root() / rest
+        return _resolve_gdrive(folder)
+    root = drive_root()
+    path = root / folder
+    if root not in path.parents:   # a drive letter ("drive:C:x") starts a path of its own on Windows
+        raise ValueError(f'The location "drive:{rest}" names no folder below the Drive root {root}; write the '
+                         f'path of a folder below it, e.g. "drive:runs/mnist".')
+    return path
 
 
 def _resolve_gdrive(rest: str):
@@ -75,10 +85,14 @@ SCHEMES = {"drive:": _resolve_drive, "gdrive://": _resolve_gdrive}
 
 def resolve(location):
     """Where ``location`` lives: a filesystem folder (Path), or an object from a scheme's handler for back
-    ends that are not filesystems. Raises ValueError for an empty or unsupported location."""
+    ends that are not filesystems. Raises TypeError for a location that is not a str or path, ValueError for an
+    empty or unsupported one, or one that is the Drive root itself."""
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
-    if not isinstance(location, str) or not location.strip():
+    if not isinstance(location, str):
+        raise TypeError(f"The location {location!r} is a {type(location).__name__}; a location must be a str or "
+                        f"a path (pathlib.Path), such as \"drive:runs/mnist\" or \"checkpoints/mnist\".")
+    if not location.strip():
         raise ValueError(f"The location {location!r} is empty; pass a folder such as \"drive:runs/mnist\" "
                          f"or a local path such as \"checkpoints/mnist\".")
     for prefix, handler in SCHEMES.items():
@@ -86,4 +100,9 @@ def resolve(location):
             return handler(location[len(prefix):])
     if "://" in location:
         raise ValueError(f"The location {location!r} has an unknown scheme; use \"drive:<folder>\" or a local path.")
-    return Path(os.path.expanduser(location)).absolute()
+    path = Path(os.path.expanduser(location)).absolute()
+    root = drive_root(mount=False)
+    if root is not None and os.path.normpath(path) == os.path.normpath(root.absolute()):
+        raise ValueError(f"The location {location!r} is the Drive root {root} itself; checkpoints need a folder "
+                         f"of their own below it, such as \"drive:runs/mnist\".")
+    return path

@@ -5,6 +5,7 @@ import atexit
 import dataclasses
 import hashlib
 import logging
+import os
 import time
 import warnings
 import weakref
@@ -43,6 +44,14 @@ def _validate_keep(keep) -> int:
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise ValueError(f"keep={keep!r} is invalid: pass a whole number of checkpoints to keep, at least 1.")
     return keep
+
+
+def _refuse_a_file(path, argument: str) -> None:
+    """ValueError at once for a folder argument that names a file (reading it would fail as if a mount were
+    down, and be retried for minutes)."""
+    if isinstance(path, Path) and os.path.isfile(path):   # False also when it cannot be read now (a mount down)
+        raise ValueError(f"{argument}: {path} is a file, not a folder; pass a folder for the checkpoints (it is "
+                         f"created when missing), such as \"drive:runs/mnist\" or \"checkpoints/mnist\".")
 
 
 def local_cache_for(destination, cache_dir: Path) -> Path:
@@ -99,8 +108,10 @@ class Checkpoints:
         self.resume_from = resume_from
         self.location = directory
         self.destination = resolve(directory)
+        _refuse_a_file(self.destination, f"directory={directory!r}")
         local = Path(local_dir) if local_dir is not None else local_cache_for(
             self.destination, settings.resolved_cache_dir())
+        _refuse_a_file(local, f"local_dir={local_dir!r}")
         self.local = CheckpointFolder(local)
         if not isinstance(self.destination, Path):
             self.dest = self.destination      # a back end that is not a filesystem (see CheckpointFolder)
@@ -108,7 +119,8 @@ class Checkpoints:
             self.dest = None                  # the destination is the local folder: nothing to upload
         else:
             self.dest = CheckpointFolder(self.destination)
-        self._lease = None if self.dest is None else lease_for(self.dest, directory, self._warn)
+        # the lease stays in the folder written in place too: a deleted lock file must not let a second writer in
+        self._lease = lease_for(self.local if self.dest is None else self.dest, directory, self._warn)
         network = isinstance(self.destination, Path) and self.dest is not None and _mounts.on_network_fs(
             self.destination)
         settles = network
@@ -263,19 +275,29 @@ class Checkpoints:
         another process, on this machine or (through the destination's lease) on another, is writing to it.
         A destination that cannot be reached now is claimed before the first upload instead."""
         _writer.claim(self.local.path, self, self.location)
-        if self._lease is not None and not self._lease_tried:
+        if not self._lease_tried:
             self._lease_tried = True   # once: during an outage, the uploader retries, not the training thread
             try:
                 self._lease.acquire(self)
             except OSError as exc:
                 log.debug("colabkit: cannot take the lease on %s now (%s); the uploader will", self.location, exc)
+            except BaseException:
+                self.release()   # refused: this process does not write here, so it claims nothing here either
+                raise
 
     def release(self) -> None:
         """Let other processes write to the folder (``close`` does it too)."""
-        if self._lease is not None:
-            self._lease.release(self)
-            self._lease_tried = False
+        self._lease.release(self)
+        self._lease_tried = False
         _writer.release(self.local.path, self)
+
+    def delete_all(self) -> None:
+        """Delete this run's checkpoints from the destination and the local staging folder (Keras'
+        ``delete_checkpoint``), after ``close()``. Only checkpoint folders go: the user's other files stay, and
+        so does a folder that still holds any; a folder left empty is removed."""
+        if self.dest is not None:
+            self.dest.remove_all()
+        self.local.remove_all()
 
     def __enter__(self):
         return self

@@ -312,6 +312,19 @@ class CheckpointFolder:
     def remove_lease(self) -> None:
         (self.path / LEASE_NAME).unlink(missing_ok=True)
 
+    def remove_all(self) -> None:
+        """Delete every checkpoint folder here (committed or not), then the folder itself if nothing else is in
+        it: other files (the user's, another writer's lease) stay, and so does the folder that holds them."""
+        for path in self._candidates():
+            if path.is_dir() and not path.is_symlink():
+                (path / _manifest.MANIFEST_NAME).unlink(missing_ok=True)   # invisible before it is half gone
+                remove_tree(path)
+        try:
+            self.path.rmdir()
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                raise
+
     def _same_commit(self, target: Path, source: CheckpointInfo) -> CheckpointInfo | None:
         """The committed copy of ``source`` already at ``target`` (same manifest, files of the right sizes)."""
         try:

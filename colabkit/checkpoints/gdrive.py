@@ -304,15 +304,19 @@ class DriveApiFolder:
             self.client.delete(item["id"])
 
     def remove_all(self) -> None:
-        """Delete this checkpoint folder from Drive (AutoResume's delete_checkpoint=True). A location that is a
-        shared drive or a folder given by id keeps that folder: only what colabkit put in it goes."""
+        """Delete this run's checkpoint folders from Drive (AutoResume's delete_checkpoint=True), then the folder
+        itself if nothing else is in it. Other files (the user's, another writer's lease) stay, and so does the
+        folder that holds them, a shared drive, and a folder given by id."""
         root = self._root(create=False)
-        if root is not None and self._rest.strip("/"):
-            self.client.delete(root)
-        elif root is not None:
+        if root is not None:
+            others = False
             for item in self.client.children(root):
-                if _NAME.match(item["title"]) or item["title"] == LEASE_NAME:
+                if _NAME.match(item["title"]) and item.get("mimeType") == _gdrive.FOLDER_MIME:
                     self.client.delete(item["id"])
+                else:
+                    others = True
+            if not others and self._rest.strip("/"):
+                self.client.delete(root)
         self._root_id, self._ids = None, {}
 
 

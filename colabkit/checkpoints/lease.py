@@ -12,6 +12,12 @@ the job's next attempt) is taken over once it went unrenewed for two renewal per
 default) instead of ``TIMEOUT_S``: Ray declaring a machine dead does not stop its processes (after a network cut
 the old job can run on), and a writer that still renews is still there, so it gets FolderInUse.
 
+A record that cannot be trusted (torn or damaged, a field of the wrong type or out of range, or renewed more than
+``CLOCK_SKEW_S`` ahead of the reader's clock, e.g. ten years) is neither proof of a live holder nor free to
+overwrite: its dates say nothing, so the reader watches the record for two renewal periods. A writer still
+there rewrites it within one, and the reader gets FolderInUse; a record that stayed the same is taken over with
+a warning that names it.
+
 What it cannot guarantee: Drive has no atomic create-if-absent, so two writers starting within moments of
 each other can both write a record. Each reads the record back after writing it, and every renewal checks
 that the record is still its own: the writer that finds another's record stops uploading and pruning (its
@@ -21,8 +27,10 @@ stops the older writer.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import os
 import secrets
 import socket
@@ -36,6 +44,7 @@ log = logging.getLogger("colabkit")
 RENEW_S = float(os.environ.get("COLABKIT_LEASE_RENEW_S", 30.0))
 TIMEOUT_S = float(os.environ.get("COLABKIT_LEASE_TIMEOUT_S", 180.0))
 READ_BACK_LAG_S = 1.0   # Drive's listings are eventually consistent
+CLOCK_SKEW_S = 300.0    # how far ahead another machine's clock may be; a record dated further ahead is not trusted
 
 
 class FolderInUse(CheckpointError):
@@ -62,13 +71,13 @@ def _machine_id() -> str:
 def _dead_here(record: dict) -> bool:
     """True when the record's holder ran on this machine, in this boot, and its process is gone (a killed
     run re-started on the same VM need not wait for the lease to expire)."""
-    if record.get("machine") != _machine_id():
+    if record["machine"] != _machine_id():
         return False
     try:
-        os.kill(int(record.get("pid", -1)), 0)
+        os.kill(record["pid"], 0)
     except ProcessLookupError:
         return True
-    except (OSError, ValueError):
+    except OSError:
         return False
     return False
 
@@ -77,15 +86,73 @@ def _known_dead_machine(record: dict) -> bool:
     """True when the record's machine is one that `colabkit run --cluster` saw die (it names them in
     COLABKIT_DEAD_MACHINES for the job's next attempt, which need not wait for the lease to expire)."""
     dead = {m for m in os.environ.get("COLABKIT_DEAD_MACHINES", "").split(",") if m}
-    return bool(dead) and record.get("machine") in dead
+    return bool(dead) and record["machine"] in dead
 
 
 def _describe(record: dict) -> str:
-    return f"process {record.get('pid', '?')} on host {record.get('host', '?')}"
+    return f"process {record['pid']} on host {record['host']}"
 
 
 def _age(record: dict, now: float) -> str:
-    return f" (its lease was renewed {max(0.0, now - float(record.get('renewed', 0))):.0f}s ago)"
+    return f" (its lease was renewed {max(0.0, now - record['renewed']):.0f}s ago)"
+
+
+def _number(value) -> float | None:
+    """``value`` as a finite float, or None (text, null, a bool, NaN, infinity or an int too big for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _is_count(value, high: float = math.inf) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < high
+
+
+_CHECKS = {   # field -> (is it valid, what it must be)
+    "token": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "host": (lambda v: isinstance(v, str), "a string"),
+    "machine": (lambda v: isinstance(v, str), "a string"),
+    "location": (lambda v: isinstance(v, str), "a string"),
+    "pid": (lambda v: _is_count(v, 2 ** 31) and v > 0, "a process id (a whole number from 1)"),
+    "beat": (_is_count, "a whole number from 0"),
+    "started": (lambda v: _number(v) is not None and v >= 0, "a time (seconds since 1970)"),
+    "renewed": (lambda v: _number(v) is not None and v >= 0, "a time (seconds since 1970)"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    """One read of the lease record: its bytes, and what they hold (``record``) or why they cannot be trusted
+    (``problem``, then ``record`` is None)."""
+    raw: bytes
+    record: dict | None
+    problem: str | None = None
+
+    def ours(self, token: str) -> bool:
+        return self.record is not None and self.record["token"] == token
+
+    def holder(self) -> str:
+        return "another writer" if self.record is None else _describe(self.record)
+
+
+def _parse(raw: bytes, now: float) -> _Found:
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return _Found(raw, None, "cannot be read as JSON (a torn or damaged write)")
+    if not isinstance(record, dict):
+        return _Found(raw, None, f"holds a JSON {type(record).__name__}, not a lease record")
+    for name, (valid, expected) in _CHECKS.items():
+        if not valid(record.get(name)):
+            return _Found(raw, None, f"has {name}={record.get(name)!r} where {expected} belongs")
+    if record["renewed"] > now + CLOCK_SKEW_S:
+        return _Found(raw, None, f"says it was renewed {record['renewed'] - now:.0f}s ahead of this machine's "
+                                 f"clock (more than the {CLOCK_SKEW_S:.0f}s clocks may differ)")
+    return _Found(raw, dict(record, renewed=float(record["renewed"])))
 
 
 _shared: dict[str, "Lease"] = {}
@@ -126,15 +193,9 @@ class Lease:
                 "started": self._started or now, "renewed": now, "beat": self._beat,
                 "location": str(self.location)}
 
-    def _read(self) -> dict | None:
+    def _read(self) -> _Found | None:
         data = self.dest.read_lease()
-        if data is None:
-            return None
-        try:
-            record = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return None   # a torn record (written in place) says nothing about a live holder
-        return record if isinstance(record, dict) else None
+        return None if data is None else _parse(data, time.time())
 
     def acquire(self, owner) -> None:
         """Take the lease for ``owner`` (held already: no-op). FolderInUse when another writer renewed its
@@ -144,16 +205,19 @@ class Lease:
                 self._owners.add(id(owner))
                 self._start_renewing()   # in case a release was under way
                 return
-            current = self._read()
+            found = self._read()
             now = time.time()
-            if current is not None and current.get("token") != self.token:
-                age = now - float(current.get("renewed", 0))
-                if current.get("machine") == _machine_id() and current.get("pid") == os.getpid():
+            current = None if found is None else found.record
+            if found is not None and current is None:
+                self._take_over_untrusted(found)
+            elif current is not None and current["token"] != self.token:
+                age = now - current["renewed"]
+                if current["machine"] == _machine_id() and current["pid"] == os.getpid():
                     pass   # our own, left by an earlier release that could not remove it
-                elif _known_dead_machine(current) and current.get("machine") != _machine_id():
+                elif _known_dead_machine(current) and current["machine"] != _machine_id():
                     # dead to Ray is not stopped: after a network cut the old job may run (and commit) on.
                     # It renews every RENEW_S; silence for two beats is the proof it stopped.
-                    if self._renewed_within(current, 2 * RENEW_S):
+                    if self._changes_before(found, current["renewed"] + 2 * RENEW_S):
                         raise FolderInUse(in_use_message(_describe(current), self.location, _age(current, time.time()))
                                           + " Its machine left the cluster, but its writer still renews the lease: "
                                             "it still runs there (a network cut?). Stop it, or wait until it stops.")
@@ -174,28 +238,40 @@ class Lease:
             self._started = now
             self.dest.write_lease(json.dumps(self._record()).encode())
             back = self._read()   # two writers at once: the record that stays wins
-            if back is None or back.get("token") != self.token:
+            if back is None or not back.ours(self.token):
                 time.sleep(READ_BACK_LAG_S)   # or a listing that lags behind our write: decide on a second look
                 back = self._read()
-            if back is not None and back.get("token") != self.token:
-                raise FolderInUse(in_use_message(_describe(back), self.location))
+            if back is not None and not back.ours(self.token):
+                raise FolderInUse(in_use_message(back.holder(), self.location))
             self.held, self.lost = True, False
             self._owners.add(id(owner))
             self._start_renewing()
 
-    def _renewed_within(self, record: dict, quiet_s: float) -> bool:
-        """Wait until ``quiet_s`` have passed since ``record`` was last renewed (its clock); True when its
-        writer renewed (or replaced) it in the meantime, False when it stayed silent or was removed."""
-        first = (record.get("token"), record.get("renewed"), record.get("beat"))
+    def _take_over_untrusted(self, found: _Found) -> None:
+        """A record whose dates cannot be trusted: FolderInUse when it changes within two renewal periods (a
+        writer still renews it), otherwise a warning, and the caller takes it over."""
+        quiet_s = 2 * RENEW_S
+        what = f"the lease record {LEASE_NAME} in {self.location} {found.problem}"
+        log.warning("colabkit: %s; watching it for %.0fs to see whether a writer still renews it", what, quiet_s)
+        if self._changes_before(found, time.time() + quiet_s):
+            raise FolderInUse(in_use_message("another writer", self.location) +
+                              f" {what[0].upper()}{what[1:]}, but it still changes: a writer renews it. Stop that "
+                              f"run; if none runs, delete {LEASE_NAME} there and start again.")
+        self._on_warning(f"taking over {self.location}: {what}, and it did not change for {quiet_s:.0f}s, so no "
+                         f"writer renews it")
+
+    def _changes_before(self, found: _Found, until: float) -> bool:
+        """Watch the record until ``until`` (time.time()); True when it changed meanwhile (its writer renewed
+        or replaced it), False when it stayed the same or was removed."""
         while True:
-            left = float(record.get("renewed", 0)) + quiet_s - time.time()
+            left = until - time.time()
             if left <= 0:
                 return False
             time.sleep(min(left, 1.0))
-            current = self._read()
+            current = self.dest.read_lease()
             if current is None:
                 return False
-            if (current.get("token"), current.get("renewed"), current.get("beat")) != first:
+            if current != found.raw:
                 return True
 
     def _start_renewing(self) -> None:
@@ -216,8 +292,9 @@ class Lease:
         with self._lock:
             if not self.held:
                 return
-            current = self._read()
-            if current is not None and current.get("token") != self.token:
+            found = self._read()   # a record that cannot be read is rewritten: the writer that made it stops
+            current = None if found is None else found.record
+            if current is not None and current["token"] != self.token:
                 self.held, self.lost = False, True
                 self._stop.set()
                 self._on_warning(f"{_describe(current)} took over {self.location}; this run stops "
@@ -245,7 +322,7 @@ class Lease:
             self.held = False
             try:
                 current = self._read()
-                if current is not None and current.get("token") == self.token:
+                if current is not None and current.ours(self.token):
                     self.dest.remove_lease()
             except OSError as exc:
                 log.debug("colabkit: could not remove the lease on %s: %s", self.location, exc)

@@ -67,8 +67,8 @@ def test_a_restore_that_cannot_read_the_destination_raises_instead_of_starting_o
     dest = tmp_path / "dest"
     commit(dest, tmp_path / "vm1", [100, 200, 300])
     dest.rename(tmp_path / "away")
-    dest.write_text("not a folder")        # listing fails with ENOTDIR (an OSError, like ENOTCONN)
     ckpt = colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm2", read_timeout=1)
+    dest.write_text("not a folder")        # listing fails with ENOTDIR (an OSError, like ENOTCONN)
     with pytest.raises(colabkit.CheckpointError, match=r"cannot read the list of checkpoints from .*dest.*re-run"):
         ckpt.restore()
     ckpt.close()
@@ -323,10 +323,10 @@ def test_a_first_save_that_cannot_read_the_folder_uploads_nothing_over_an_earlie
     dest = tmp_path / "dest"
     commit(dest, tmp_path / "vm1", [100, 200, 300])
     dest.rename(tmp_path / "away")
-    dest.write_text("not a folder")                       # the mount is down when the new run starts
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ckpt = colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm2")
+        dest.write_text("not a folder")                   # the mount is down when the new run starts
         assert ckpt.save(1, {"w": np.ones(8)}), "training goes on while the destination is down"
         dest.unlink()
         (tmp_path / "away").rename(dest)                  # it comes back, with the earlier run in it

@@ -141,13 +141,13 @@ def test_destination_fault_keeps_training_warns_once_and_recovers(tmp_path, ck_e
     import colabkit.checkpoints.uploader as uploader
     dest = tmp_path / "dest"
     dest.parent.mkdir(exist_ok=True)
-    dest.write_text("not a folder")  # any OSError on the destination: ENOTDIR here
     old = uploader.BACKOFF_START
     uploader.BACKOFF_START = 0.05
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             ckpt = make(tmp_path)
+            dest.write_text("not a folder")  # any OSError on the destination: ENOTDIR here
             for step in range(1, 4):
                 ckpt.save(step, {"w": np.full(10, float(step))})
                 assert not ckpt.wait(0.3)

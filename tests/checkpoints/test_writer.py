@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="flock")
 
 HOLDER = """
 import sys, time, numpy as np, colabkit
-ckpt = colabkit.Checkpoints(sys.argv[1])
+ckpt = colabkit.Checkpoints(sys.argv[1], local_dir=sys.argv[3] if len(sys.argv) > 3 else None)
 if sys.argv[2] == "save":
     ckpt.save(1, {"w": np.zeros(3)}, wait=True)
 else:
@@ -30,8 +30,8 @@ def other_writer(ck_env, tmp_path):
     """Start another process that saves to a folder and keeps running; returns start(location) -> Popen."""
     started = []
 
-    def start(location, how="save"):
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, location, how], env={**os.environ, **ck_env},
+    def start(location, how="save", *local_dir):
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, location, how, *local_dir], env={**os.environ, **ck_env},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started.append(p)
         assert p.stdout.readline().strip() == "READY", p.stderr.read()
@@ -94,3 +94,35 @@ def test_autoresume_refuses_a_folder_another_run_writes(other_writer, ck_env, tm
     model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[auto])
     assert auto.restored is None and CheckpointFolder(tmp_path / "drive" / "runs" / "sweep").committed()
     _claim_in_another_process("drive:runs/sweep", ck_env)   # training is over and uploaded: the folder is free
+
+
+def test_a_folder_written_in_place_stays_claimed_when_its_lock_file_is_deleted(other_writer, tmp_path, ck_env):
+    run = tmp_path / "run"
+    holder = other_writer(str(run), "save", str(run))          # local_dir == directory: written in place
+    from colabkit.checkpoints.writer import lock_path
+    lock_path(run).unlink()                                     # someone tidies up the "stray" lock file
+    ckpt = colabkit.Checkpoints(str(run), local_dir=run, keep=1)
+    with pytest.raises(FolderInUse, match=f"process {holder.pid}"):
+        ckpt.save(5, {"w": np.ones(3)})
+    assert [c.step for c in CheckpointFolder(run).committed()] == [1], "the first writer's checkpoint stays"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert ckpt.save(5, {"w": np.ones(3)}, wait=True)           # its writer is gone: the folder is free
+    ckpt.close()
+    assert [c.step for c in CheckpointFolder(run).committed()] == [5]
+
+
+def test_a_symlink_planted_as_the_lock_file_is_refused_and_its_target_is_untouched(tmp_path, ck_env):
+    from colabkit.checkpoints.writer import lock_path
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    staging = tmp_path / "shared-tmp" / "staging"
+    staging.parent.mkdir()
+    lock_path(staging).symlink_to(victim)
+    ckpt = colabkit.Checkpoints(str(tmp_path / "run"), local_dir=staging)
+    with pytest.raises(CheckpointError, match=r"symbolic link.*victim\.txt") as info:
+        ckpt.save(1, {"w": np.ones(3)})
+    assert str(lock_path(staging)) in str(info.value)
+    assert not isinstance(info.value, FolderInUse)
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "run").exists()

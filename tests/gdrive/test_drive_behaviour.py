@@ -473,3 +473,15 @@ def test_a_web_application_oauth_client_is_refused_with_what_to_create(tmp_path)
     client.write_text(json.dumps({"web": {"client_id": "cid", "client_secret": "s", "redirect_uris": ["https://x"]}}))
     with pytest.raises(ValueError, match="Desktop app"):
         g.login(client_secrets=str(client), code_input=lambda prompt: "", out=lambda *a: None)
+
+
+def test_delete_all_removes_only_the_runs_checkpoints_and_keeps_the_users_files_and_their_folder(gdrive, tmp_path):
+    mine = dataset(gdrive, "runs/p", {"notes.txt": b"my notes"})
+    for location in ("gdrive://runs/p", "gdrive://runs/q"):
+        with colabkit.Checkpoints(location, local_dir=tmp_path / location[-1], keep=10) as ckpt:
+            ckpt.save(1, {"w": np.ones(3)}, wait=True)
+            ckpt.save(2, {"w": np.ones(3)}, wait=True)
+        ckpt.delete_all()
+    assert [m["title"] for m in gdrive.state.children(mine)] == ["notes.txt"], "the user's file stays"
+    runs = [m for m in gdrive.state.children(ROOT_ID) if m["title"] == "runs"][0]
+    assert [m["title"] for m in gdrive.state.children(runs["id"])] == ["p"], "a folder left empty goes"
