@@ -20,6 +20,11 @@ staged, the journal of an unfinished copy, downloads and extraction in progress)
 ``<dst>.colabkit-stage/`` (see state_dir), so a folder-per-class loader that lists every entry sees only the
 source's classes. A copy made by an older version, with ``.colabkit-stage/`` inside, has it moved out on the
 next stage.
+
+Safe in a folder other users can write (/tmp): the bookkeeping folder is made private (0700), and an existing
+one, or an existing dst, must be this user's own (see _check_own_folder), else stage refuses before writing
+anything. Every file stage writes (part files, temporary JSON, the journal) is created anew with
+O_EXCL|O_NOFOLLOW, so a symbolic link planted at its name is replaced, never written through.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +54,7 @@ PART = ".colabkit-part"
 _SENDFILE_CHUNK = 64 << 20
 _NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EINVAL)}
 _BINARY = getattr(os, "O_BINARY", 0)   # Windows opens descriptors in text mode without it
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # a symbolic link at the name fails the open (ELOOP) instead of being followed
 NETWORK_WORKERS = 16   # files in flight from a network source: enough to hide a round trip per file
 
 
@@ -75,7 +82,7 @@ def _local_copy(src: str, size: int, mtime_ns: int):
         # raw descriptors: for many small files the per-file cost is what counts
         fin = os.open(src, os.O_RDONLY | _BINARY)
         try:
-            fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _BINARY, 0o666)
+            fout = new_file(dest)
             try:
                 _copy_fd(fin, fout, size, progress)
             finally:
@@ -162,7 +169,7 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
 
     def entry(rel, meta):
         def fetch(dest: Path, progress, fid=meta["id"]):
-            with open(dest, "wb") as fh:
+            with os.fdopen(new_file(dest), "wb") as fh:
                 client.download(fid, fh, what=f"downloading gdrive://{folder}/{rel}", progress=progress)
         return Entry(rel, int(meta.get("fileSize", 0)), meta.get("modifiedDate", ""), fetch,
                      lambda m=meta: m.get("md5Checksum", ""))
@@ -197,10 +204,63 @@ def state_dir(dst: Path) -> Path:
     return beside if os.access(parent, os.W_OK) else keyed
 
 
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _check_own_folder(path: Path, *, bookkeeping_for: Path | None = None) -> None:
+    """Refuse (PermissionError) a folder at ``path`` that another user could have planted or can change: it
+    must be this user's own and writable by no one else. For the bookkeeping folder (``bookkeeping_for``: the
+    staged folder it belongs to) also a real folder, not a symbolic link, and not group-writable (colabkit
+    makes it 0700). dst may be a link of this user's to a folder of theirs, and group-writable (a user's own
+    folders are, under the common umask 002, and nothing in it is written through a link)."""
+    what = f"the folder where stage keeps its bookkeeping for {bookkeeping_for}" if bookkeeping_for else \
+        "the folder to stage into"
+    elsewhere = "stage elsewhere: another dst, in a folder only you can write (under your home folder, say)"
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        if bookkeeping_for is not None:
+            raise PermissionError(f"{path} ({what}) is a symbolic link (to {os.readlink(path)}), not a folder "
+                                  f"colabkit made; it was not followed. Remove the link, or {elsewhere}.")
+        if hasattr(os, "geteuid") and st.st_uid not in (os.geteuid(), 0):
+            raise PermissionError(f"{path} ({what}) is a symbolic link owned by {_user_name(st.st_uid)}, not by "
+                                  f"you: that user can point it elsewhere at any time. Remove it, or {elsewhere}.")
+        st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        if bookkeeping_for is None:
+            return                             # a file at dst: stage's own check names it
+        raise PermissionError(f"{path} ({what}) is not a folder. Remove it, or {elsewhere}.")
+    if not hasattr(os, "geteuid"):             # Windows: no POSIX owner and mode bits to check
+        return
+    if st.st_uid != os.geteuid():
+        raise PermissionError(f"colabkit will not stage through {path} ({what}): it belongs to "
+                              f"{_user_name(st.st_uid)}, not to you ({_user_name(os.geteuid())}), so that user could "
+                              f"read or replace what is staged, or make stage overwrite files of yours through "
+                              f"links. Have it removed (by its owner or root), or {elsewhere}.")
+    others = 0o022 if bookkeeping_for is not None else 0o002
+    if st.st_mode & others:
+        raise PermissionError(f"colabkit will not stage through {path} ({what}): other users can write into it "
+                              f"(mode {stat.S_IMODE(st.st_mode):04o}). If everything in it is yours, make it private "
+                              f"(chmod {'700' if bookkeeping_for else 'o-w'} {path}); else remove it, or {elsewhere}.")
+
+
+def _make_own_folder(path: Path, mode: int, *, bookkeeping_for: Path | None = None) -> None:
+    """Make the folder ``path`` with ``mode`` (its parents as usual) unless it exists; then check it is ours
+    (an existing one, or one another user made just before us, is refused)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, mode)
+    _check_own_folder(path, bookkeeping_for=bookkeeping_for)
+
+
 def _claim(dst: Path, state: Path) -> None:
-    """Make dst and its bookkeeping, recording which folder the bookkeeping is for (its inode)."""
-    dst.mkdir(parents=True, exist_ok=True)
-    state.mkdir(parents=True, exist_ok=True)
+    """Make dst and its private bookkeeping folder, recording which folder the bookkeeping is for (its inode)."""
+    _make_own_folder(dst, 0o755)
+    _make_own_folder(state, 0o700, bookkeeping_for=dst)
     _write_json(state / "folder.json", {"folder": str(dst), "inode": dst.stat().st_ino})
 
 
@@ -221,6 +281,7 @@ def _adopt_state(dst: Path, state: Path) -> None:
         else:
             state.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(legacy), str(state))
+            os.chmod(state, 0o700)
             _claim(dst, state)
             log.info("colabkit: moved the staging bookkeeping out of %s, to %s", dst, state)
     if state.is_dir() and not _owns(state, dst):
@@ -238,26 +299,50 @@ def _check_space(where: Path, need: int, what: str) -> None:
                                               f"pass dst= on a larger disk.")
 
 
+def new_file(path, mode: int = 0o666) -> int:
+    """A descriptor open for writing on a new, empty file at ``path``. Whatever was at that name (a part file
+    of an interrupted run, a symbolic link someone planted) is removed first, and the file is created with
+    O_EXCL|O_NOFOLLOW: it is never written through a link."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _BINARY, mode)
+
+
+def _read_text(path: Path) -> str | None:
+    """The text of the file at ``path``; None when there is none, or a symbolic link is there (not followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _BINARY)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read().decode("utf-8", errors="surrogateescape")
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Replace the file at ``path`` atomically, through a temporary file created anew (never through a link)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with os.fdopen(new_file(tmp, 0o600), "wb") as fh:
+        fh.write(text.encode("utf-8", errors="surrogateescape"))
+    os.replace(tmp, path)                      # a rename replaces a link at ``path``, it does not follow it
+
+
 def _read_json(path: Path):
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(_read_text(path) or "")
+    except ValueError:
         return None
 
 
 def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    _write_text(path, json.dumps(data))
 
 
 def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, desc: str, quiet: bool) -> None:
     """Copy entries into ``into``, skipping the ones the journal lists as done; journal each completed file."""
     done = {}
-    if journal.exists():
-        for line in journal.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
-            rel, _, stamp = line.partition("\t")
-            done[rel] = stamp
+    for line in (_read_text(journal) or "").splitlines():
+        rel, _, stamp = line.partition("\t")
+        done[rel] = stamp
     todo = []
     for e in entries:
         target = into / e.rel
@@ -273,7 +358,10 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     shown = [0.0]
     made: set = set()
     # flushed in batches: a lost line only means one re-copy; names that are not UTF-8 are kept as they are
-    jfh = open(journal, "a", buffering=1 << 16, encoding="utf-8", errors="surrogateescape")
+    if journal.is_symlink():                   # not ours: appending would write through it
+        journal.unlink()
+    jfh = open(os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o600), "a",
+               buffering=1 << 16, encoding="utf-8", errors="surrogateescape")
 
     def one(e: Entry):
         target = os.path.join(into, e.rel)
@@ -342,6 +430,9 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
     src_text = os.fspath(src) if isinstance(src, os.PathLike) else src.strip()
     dst = Path(os.path.abspath(os.path.expanduser(str(dst)))) if dst is not None else _default_dst(src_text)
     state = state_dir(dst)
+    for folder, of in ((dst, None), (state, dst)):   # before anything is read from or written to either
+        if os.path.lexists(folder):
+            _check_own_folder(folder, bookkeeping_for=of)
     _adopt_state(dst, state)
     marker = state / "complete.json"
     if dst.exists() and (not dst.is_dir() or (any(dst.iterdir()) and not state.is_dir())):
@@ -395,9 +486,8 @@ def _stage_entries(src_text, dst, state, entries, identity, archive, workers, qu
     previous = _read_json(marker)
     if previous is not None and not archive and not journal.exists():  # files staged last time count as done
         same = previous.get("digests", {}) if "digests" in identity else None
-        journal.write_text("".join(f"{rel}\t{stamp}\n" for rel, stamp in previous.get("files", {}).items()
-                                   if same is None or same.get(rel) == identity["digests"].get(rel)),
-                           encoding="utf-8", errors="surrogateescape")
+        _write_text(journal, "".join(f"{rel}\t{stamp}\n" for rel, stamp in previous.get("files", {}).items()
+                                     if same is None or same.get(rel) == identity["digests"].get(rel)))
     marker.unlink(missing_ok=True)
     total = sum(e.size for e in entries)
     big = total / max(len(entries), 1) >= (1 << 20)
