@@ -13,6 +13,7 @@ protocol and continue from the last byte the server acknowledged. pydrive2 is im
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
@@ -499,39 +500,48 @@ class DriveClient:
         self.download(file_id, buf, what=what)
         return buf.getvalue()
 
-    def walk(self, folder_id: str, prefix: str = "", *, where: str | None = None, _seen=None) -> dict[str, dict]:
+    def walk(self, folder_id: str, *, where: str | None = None) -> dict[str, dict]:
         """rel path -> newest file metadata, for every file below a folder. Items whose Drive name is not a
         safe local file name (see unsafe_name) are left out, each with a warning naming it. Shortcuts stand
-        for their targets (a folder's files, or a file's bytes under the shortcut's name); a shortcut back to
-        a folder already being walked is skipped."""
-        found: dict[str, list] = {}
+        for their targets (a folder's files, or a file's bytes under the shortcut's name). Each folder is
+        listed once, breadth first, and its files are under the shortest path that reaches it: a shortcut to a
+        folder reached already (one above it, or one a lattice of shortcuts reaches by 2**depth paths) is
+        skipped with a warning naming where that folder's files are."""
         where = where or f"Drive folder {folder_id}"
-        seen = (_seen or set()) | {folder_id}
-        for item in self.children(folder_id):
-            why = unsafe_name(item["title"])
-            if why:
-                kind = "folder" if item.get("mimeType") == FOLDER_MIME else "file"
-                log.warning("colabkit: skipped the %s %s/%s%s (Drive id %s): %s", kind, where, prefix,
-                            item["title"], item["id"], why)
-                continue
-            rel = f"{prefix}{item['title']}"
-            item = self.resolve(item, f"{where}/{prefix}".rstrip("/"))
-            if item is None:
-                continue
-            if item.get("mimeType") == FOLDER_MIME:
-                if item["id"] in seen:
-                    log.warning("colabkit: skipped the shortcut %s/%s: it points back to a folder above it",
-                                where, rel)
+        walked = {folder_id: ""}               # every folder listed so far -> the rel path of its files
+        queue = collections.deque([(folder_id, "")])
+        found: dict[str, list] = {}
+        while queue:
+            parent, prefix = queue.popleft()
+            for item in self.children(parent):
+                why = unsafe_name(item["title"])
+                if why:
+                    kind = "folder" if item.get("mimeType") == FOLDER_MIME else "file"
+                    log.warning("colabkit: skipped the %s %s/%s%s (Drive id %s): %s", kind, where, prefix,
+                                item["title"], item["id"], why)
                     continue
-                for sub_rel, sub in self.walk(item["id"], rel + "/", where=where, _seen=seen).items():
-                    found.setdefault(sub_rel, []).append(sub)
-            elif str(item.get("mimeType", "")).startswith(GOOGLE_APPS):
-                kind = _NATIVE.get(item["mimeType"], item["mimeType"])
-                log.warning("colabkit: skipped %s/%s: it is a %s, which has no file to download (Drive answers "
-                            "fileNotDownloadable); download it from Drive as a file into the folder to include it",
-                            where, rel, kind)
-            else:
-                found.setdefault(rel, []).append(item)
+                rel = f"{prefix}{item['title']}"
+                item = self.resolve(item, f"{where}/{prefix}".rstrip("/"))
+                if item is None:
+                    continue
+                if item.get("mimeType") == FOLDER_MIME:
+                    if item["id"] in walked:
+                        there = walked[item["id"]]
+                        log.warning("colabkit: skipped %s/%s: it leads to %s, %s", where, rel,
+                                    f"{where}/{there}".rstrip("/"),
+                                    "a folder above it" if not there or rel.startswith(there + "/") else
+                                    "a folder already staged there (each folder is copied once, however many "
+                                    "shortcuts lead to it)")
+                        continue
+                    walked[item["id"]] = rel
+                    queue.append((item["id"], rel + "/"))
+                elif str(item.get("mimeType", "")).startswith(GOOGLE_APPS):
+                    kind = _NATIVE.get(item["mimeType"], item["mimeType"])
+                    log.warning("colabkit: skipped %s/%s: it is a %s, which has no file to download (Drive answers "
+                                "fileNotDownloadable); download it from Drive as a file into the folder to include "
+                                "it", where, rel, kind)
+                else:
+                    found.setdefault(rel, []).append(item)
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}
 
 

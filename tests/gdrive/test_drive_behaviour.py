@@ -235,6 +235,36 @@ def test_staging_follows_shortcuts_to_files_and_folders(gdrive, tmp_path, caplog
     assert staged(colabkit.stage("gdrive://data/linked", tmp_path / "out2", quiet=True)) == staged(out)
 
 
+def shortcut_lattice(server, path, depth):
+    """A shared folder of ``depth`` levels where each level holds a file and two shortcuts ("a", "b") to the next
+    level: 2**depth paths lead to the last level."""
+    state = server.state
+    top = dataset(server, path, {"f0.bin": b"level 0"})
+    levels = [top] + [state.add(f"level {k}", parent="0AOTHERUSER", mime=FOLDER)["id"] for k in range(1, depth + 1)]
+    for k in range(1, depth + 1):
+        state.add(f"f{k}.bin", levels[k], data=f"level {k}".encode())
+        state.add_shortcut("a", levels[k], levels[k - 1])
+        state.add_shortcut("b", levels[k], levels[k - 1])
+    return top
+
+
+def test_a_lattice_of_shortcuts_is_walked_once_per_folder_with_the_repeats_named(gdrive, tmp_path, caplog):
+    g.connect()
+    requests = {}
+    for depth in (6, 12):
+        shortcut_lattice(gdrive, f"data/lattice{depth}", depth)
+        gdrive.reset_count()
+        with caplog.at_level(logging.WARNING, logger="colabkit"):
+            out = colabkit.stage(f"gdrive://data/lattice{depth}", tmp_path / f"out{depth}", quiet=True)
+        requests[depth] = gdrive.count
+        files = staged(out)                    # each folder's files once, under one of the paths that reach it
+        assert sorted(files.values()) == sorted(f"level {k}".encode() for k in range(depth + 1))
+        assert all(rel.count("/") == int(data.split()[1]) for rel, data in ((r, d.decode()) for r, d in files.items()))
+    assert requests[12] <= 2 * requests[6], f"requests grow with the number of folders, not of paths: {requests}"
+    repeats = [r.getMessage() for r in caplog.records if "lattice12" in r.getMessage()]
+    assert len(repeats) == 12 and all("already staged there" in m for m in repeats), repeats
+
+
 # -- 7. Google-native files inside a dataset ---------------------------------------------------------------
 def test_google_docs_and_sheets_in_a_dataset_are_skipped_with_one_line_each(gdrive, tmp_path, caplog):
     from drive_api import DOCUMENT, SPREADSHEET
