@@ -50,6 +50,7 @@ RATE_WINDOW_S = 150.0
 # After making a folder of a path, colabkit looks again this much later and, when a twin shows up, uses the one
 # that every process picks (see DriveClient.choose_folder). Twins are never deleted (0: no second look)
 CREATE_CHECK_S = 2.0
+NAME_MAX = 255                  # bytes in a file name on Linux's, macOS's and Windows' usual file systems
 _RATE_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
 _RETRY_REASONS = _RATE_REASONS | {"backendError", "internalError"}
 
@@ -506,13 +507,15 @@ class DriveClient:
         for their targets (a folder's files, or a file's bytes under the shortcut's name). Each folder is
         listed once, breadth first, and its files are under the shortest path that reaches it: a shortcut to a
         folder reached already (one above it, or one a lattice of shortcuts reaches by 2**depth paths) is
-        skipped with a warning naming where that folder's files are."""
+        skipped with a warning naming where that folder's files are. A file that shares its name with a folder
+        beside it (Drive allows it) is renamed as Drive numbers duplicates ("labels (1).csv"), with a warning."""
         where = where or f"Drive folder {folder_id}"
         walked = {folder_id: ""}               # every folder listed so far -> the rel path of its files
         queue = collections.deque([(folder_id, "")])
         found: dict[str, list] = {}
         while queue:
             parent, prefix = queue.popleft()
+            listed = []
             for item in self.children(parent):
                 why = unsafe_name(item["title"])
                 if why:
@@ -520,10 +523,15 @@ class DriveClient:
                     log.warning("colabkit: skipped the %s %s/%s%s (Drive id %s): %s", kind, where, prefix,
                                 item["title"], item["id"], why)
                     continue
-                rel = f"{prefix}{item['title']}"
                 item = self.resolve(item, f"{where}/{prefix}".rstrip("/"))
-                if item is None:
-                    continue
+                if item is not None:
+                    listed.append(item)
+            # Drive lets a file and a folder share a name, a local disk does not: the folder keeps it
+            folder_names = {i["title"] for i in listed if i.get("mimeType") == FOLDER_MIME}
+            taken = {i["title"] for i in listed}
+            renamed: dict[str, str] = {}
+            for item in listed:
+                rel = f"{prefix}{item['title']}"
                 if item.get("mimeType") == FOLDER_MIME:
                     if item["id"] in walked:
                         there = walked[item["id"]]
@@ -541,6 +549,13 @@ class DriveClient:
                                 "fileNotDownloadable); download it from Drive as a file into the folder to include "
                                 "it", where, rel, kind)
                 else:
+                    if item["title"] in folder_names:
+                        if item["title"] not in renamed:
+                            renamed[item["title"]] = name = _free_name(item["title"], taken)
+                            taken.add(name)
+                            log.warning("colabkit: %s/%s is both a folder and a file on Google Drive; the folder "
+                                        "keeps the name, the file is staged as %r", where, rel, prefix + name)
+                        rel = f"{prefix}{renamed[item['title']]}"
                     found.setdefault(rel, []).append(item)
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}
 
@@ -555,14 +570,27 @@ def _is_folder_like(item: dict) -> bool:
 
 def unsafe_name(title) -> str | None:
     """Why a Drive name cannot be one local path component (None when it can). Drive allows any title, "/",
-    "..", "." and "" included; joined onto a local folder those would nest or escape it."""
+    "..", "." and "" included (joined onto a local folder those would nest or escape it), and titles far longer
+    than a local file system's names (NAME_MAX bytes)."""
     if not isinstance(title, str) or title in ("", ".", ".."):
         return f"{title!r} is not a usable file name"
     if "/" in title or "\\" in title:
         return "its name contains a slash, which a local path would read as a folder"
     if "\0" in title:
         return "its name contains a NUL character"
+    size = len(title.encode("utf-8", errors="surrogatepass"))
+    if size > NAME_MAX:
+        return f"its name is {size} bytes long (UTF-8), and a local file name holds at most {NAME_MAX}"
     return None
+
+
+def _free_name(title: str, taken: set) -> str:
+    """``title`` numbered as Drive numbers a duplicate when it downloads one ("a (1).csv"), unused in ``taken``."""
+    stem, dot, ext = title.rpartition(".") if "." in title.lstrip(".") else (title, "", "")
+    n = 1
+    while f"{stem} ({n}){dot}{ext}" in taken:
+        n += 1
+    return f"{stem} ({n}){dot}{ext}"
 
 
 def _q(text: str) -> str:

@@ -55,6 +55,9 @@ _SENDFILE_CHUNK = 64 << 20
 _NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EINVAL)}
 _BINARY = getattr(os, "O_BINARY", 0)   # Windows opens descriptors in text mode without it
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # a symbolic link at the name fails the open (ELOOP) instead of being followed
+# a name the destination's file system cannot hold: too long (a name, or the whole path), or characters or an
+# encoding it refuses (vfat, exFAT, NTFS: EINVAL; strict UTF-8 file systems: EILSEQ)
+_UNUSABLE_NAME = {errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ}
 NETWORK_WORKERS = 16   # files in flight from a network source: enough to hide a round trip per file
 
 
@@ -67,7 +70,7 @@ class Entry:
     rel: str
     size: int
     stamp: str                  # size+mtime identity: mtime_ns (local) or modifiedDate (Drive)
-    fetch: Callable             # fetch(dest_path, progress) -> None
+    fetch: Callable             # fetch(out_fd, progress) -> None: writes the bytes into the open descriptor
     digest: Callable | None = None  # content identity for checksum mode
 
 
@@ -78,15 +81,11 @@ def _fmt(n: float) -> str:
 
 # -- sources -------------------------------------------------------------------------------------------
 def _local_copy(src: str, size: int, mtime_ns: int):
-    def fetch(dest: Path, progress):
+    def fetch(fout: int, progress):
         # raw descriptors: for many small files the per-file cost is what counts
         fin = os.open(src, os.O_RDONLY | _BINARY)
         try:
-            fout = new_file(dest)
-            try:
-                _copy_fd(fin, fout, size, progress)
-            finally:
-                os.close(fout)
+            _copy_fd(fin, fout, size, progress)
             st = os.fstat(fin)
             if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):  # rewritten or replaced since it was listed
                 raise OSError(errno.EIO, f"{src} changed during the copy ({size} -> {st.st_size} bytes); run stage "
@@ -168,8 +167,8 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
                                 f"{client.whoami()}).")
 
     def entry(rel, meta):
-        def fetch(dest: Path, progress, fid=meta["id"]):
-            with os.fdopen(new_file(dest), "wb") as fh:
+        def fetch(out: int, progress, fid=meta["id"]):
+            with os.fdopen(out, "wb", closefd=False) as fh:
                 client.download(fid, fh, what=f"downloading gdrive://{folder}/{rel}", progress=progress)
         return Entry(rel, int(meta.get("fileSize", 0)), meta.get("modifiedDate", ""), fetch,
                      lambda m=meta: m.get("md5Checksum", ""))
@@ -337,8 +336,28 @@ def _write_json(path: Path, data) -> None:
     _write_text(path, json.dumps(data))
 
 
-def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, desc: str, quiet: bool) -> None:
-    """Copy entries into ``into``, skipping the ones the journal lists as done; journal each completed file."""
+def _part_path(target: str, name_max: int) -> str:
+    """Where ``target`` is written until complete: ``<name>.colabkit-part`` beside it, or, where that name would
+    be longer than the file system allows, a short one derived from it."""
+    folder, name = os.path.split(target)
+    if len(os.fsencode(name)) + len(PART) <= name_max:
+        return target + PART
+    return os.path.join(folder, "." + hashlib.sha1(os.fsencode(name)).hexdigest()[:16] + PART)
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name (bytes) the file system of ``folder`` holds (255 on Linux's usual ones)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (AttributeError, ValueError, OSError):
+        return 255
+
+
+def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, desc: str, quiet: bool,
+              source: str) -> dict:
+    """Copy entries into ``into``, skipping the ones the journal lists as done; journal each completed file.
+    Returns {rel: why} of the entries whose name the destination cannot hold: each is skipped with a warning
+    naming it (``source``/rel), and the rest is copied."""
     done = {}
     for line in (_read_text(journal) or "").splitlines():
         rel, _, stamp = line.partition("\t")
@@ -357,6 +376,8 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     files_done = [0]
     shown = [0.0]
     made: set = set()
+    skipped: dict = {}
+    name_max = _name_max(into)
     # flushed in batches: a lost line only means one re-copy; names that are not UTF-8 are kept as they are
     if journal.is_symlink():                   # not ours: appending would write through it
         journal.unlink()
@@ -366,12 +387,25 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     def one(e: Entry):
         target = os.path.join(into, e.rel)
         parent = os.path.dirname(target)
-        if parent not in made:
-            os.makedirs(parent, exist_ok=True)
-            made.add(parent)
-        part = target + PART
+        part = _part_path(target, name_max)
         try:
-            e.fetch(part, bar.update)
+            if parent not in made:
+                os.makedirs(parent, exist_ok=True)
+                made.add(parent)
+            out = new_file(part)
+        except OSError as exc:
+            if exc.errno not in _UNUSABLE_NAME:
+                raise
+            why = f"the destination's file system cannot hold its name or path ({exc.strerror})"
+            log.warning("colabkit: skipped %s/%s: %s", source.rstrip("/"), e.rel, why)
+            with lock:
+                skipped[e.rel] = why
+            return
+        try:
+            try:
+                e.fetch(out, bar.update)
+            finally:
+                os.close(out)
             got = os.stat(part).st_size
             if got != e.size:
                 raise OSError(errno.EIO, f"{e.rel}: copied {got} bytes, the source had {e.size}; it changed "
@@ -411,6 +445,7 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     finally:
         jfh.close()
         bar.close()
+    return skipped
 
 
 def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, quiet: bool = False) -> Path:
@@ -467,6 +502,8 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
     previous = _read_json(marker)
     if previous is not None and _unchanged(previous, identity, checksum) and _intact(dst, previous):
         log.info("colabkit: %s is staged at %s and unchanged; nothing to copy", src_text, dst)
+        for rel, why in previous.get("skipped", {}).items():
+            log.warning("colabkit: skipped %s/%s: %s", src_text.rstrip("/"), rel, why)
         return dst
     created = not dst.exists()
     try:
@@ -497,21 +534,26 @@ def _stage_entries(src_text, dst, state, entries, identity, archive, workers, qu
     desc = f"staging {Path(src_text.rstrip('/')).name or src_text}"
     log.info("colabkit: staging %s (%d files, %s) from %s, %d at a time", src_text, len(entries),
              _fmt(total), "the network" if network else "a local disk", n_workers)
+    skipped = {}
     if archive:
         downloads = state / "archive"
         downloads.mkdir(exist_ok=True)
-        _copy_all(entries, downloads, journal, workers=1, desc=desc, quiet=quiet)
+        if _copy_all(entries, downloads, journal, workers=1, desc=desc, quiet=quiet, source=src_text):
+            raise OSError(errno.ENAMETOOLONG, f"{src_text}: its name cannot be a file name in {downloads}; stage a "
+                                              f"copy of the archive with a shorter, plain name.")
         arch = downloads / entries[0].rel
         _extract_into(arch, dst, state, extract_archive)
         arch.unlink()
         outputs = {p.relative_to(dst).as_posix() for p in _files(dst)}
     else:
-        _copy_all(entries, dst, journal, workers=n_workers, desc=desc, quiet=quiet)
-        outputs = {e.rel for e in entries}
-        if not created:                        # a mirror: drop what the source no longer has
-            _prune(dst, outputs)
-    sizes = {e.rel: e.size for e in entries} if not archive else {rel: (dst / rel).stat().st_size for rel in outputs}
-    _write_json(marker, {**identity, "outputs": sorted(outputs), "sizes": sizes})
+        skipped = _copy_all(entries, dst, journal, workers=n_workers, desc=desc, quiet=quiet, source=src_text)
+        outputs = {e.rel for e in entries} - set(skipped)
+        if not created or skipped:             # a mirror: drop what the source no longer has, and the folders
+            _prune(dst, outputs)               # made for files that could not be written
+    sizes = {e.rel: e.size for e in entries if e.rel in outputs} if not archive else \
+        {rel: (dst / rel).stat().st_size for rel in outputs}
+    _write_json(marker, {**identity, "outputs": sorted(outputs), "sizes": sizes,
+                         **({"skipped": skipped} if skipped else {})})
     journal.unlink(missing_ok=True)
     return dst
 

@@ -83,6 +83,48 @@ def test_staging_skips_drive_names_that_would_escape_or_nest_and_names_each(gdri
         assert any(f" {name} (Drive id" in m for m in skipped), (name, skipped)
 
 
+def test_names_a_local_disk_cannot_hold_are_skipped_with_a_warning_and_the_rest_is_staged(gdrive, tmp_path, caplog):
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"ok.bin": b"ok", "sub/in.bin": b"in"})
+    too_long = "\u00e9" * 128 + ".bin"                     # 132 characters, 260 bytes: over 255 bytes
+    state.add(too_long, top, data=b"long")
+    long_folder = "d" * 256
+    state.add("f.bin", state.add(long_folder, top, mime=FOLDER)["id"], data=b"f")
+    near = "n" * 250 + ".bin"                                # a file name, but too long for a name + a suffix
+    state.add(near, top, data=b"near")
+    deep, parent = [], top                                   # every name fits; the path does not (4096 bytes)
+    for i in range(17):
+        deep.append(f"{i:02d}" + "p" * 240)
+        parent = state.add(deep[-1], parent, mime=FOLDER)["id"]
+    state.add("deep.bin", parent, data=b"deep")
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        assert colabkit.stage("gdrive://data/set", out, quiet=True) == out
+    assert staged(out) == {"ok.bin": b"ok", "sub/in.bin": b"in", near: b"near"}
+    assert not [p for p in out.rglob("*") if p.is_dir() and not any(p.iterdir())], "no empty folder left behind"
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    for name in (too_long, long_folder, "/".join(deep) + "/deep.bin"):
+        assert sum(f"gdrive://data/set/{name}" in m for m in skipped) == 1, (name[:40], skipped)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="colabkit"):    # unchanged: a cache hit, the skips named again
+        assert colabkit.stage("gdrive://data/set", out, quiet=True) == out
+    assert sum("deep.bin" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_file_and_a_folder_of_the_same_name_both_land_the_file_renamed(gdrive, tmp_path, caplog):
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"labels/a.bin": b"a", "train.csv": b"rows"})
+    state.add("labels", top, data=b"the file")               # made after the folder of that name
+    state.add("x.bin", state.add("train.csv", top, mime=FOLDER)["id"], data=b"x")   # and before
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+    assert staged(out) == {"labels/a.bin": b"a", "labels (1)": b"the file", "train.csv/x.bin": b"x",
+                           "train (1).csv": b"rows"}
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "gdrive://data/set/labels" in text and "labels (1)" in text and "train (1).csv" in text
+    assert colabkit.stage("gdrive://data/set", out, quiet=True) == out and staged(out)["labels (1)"] == b"the file"
+
+
 def test_a_checkpoint_whose_manifest_lists_a_path_outside_it_is_not_restored(gdrive, tmp_path):
     from colabkit.checkpoints import manifest as m
     with colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local") as ckpt:
