@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import re
+import stat
 import threading
 import time
 from pathlib import Path
@@ -89,7 +90,8 @@ def write_private(path: Path, data: bytes) -> None:
     """Write a secret: 0600 from the first byte (no window where others can read it), replaced atomically."""
     import tempfile
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a fresh, unpredictable name opened with O_EXCL (never through a link planted at a guessable name)
+    # a fresh, unpredictable name, created 0600 with O_EXCL|O_NOFOLLOW (never through a link planted at a
+    # guessable name, never readable by others, not even before a chmod)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
     try:
@@ -97,7 +99,6 @@ def write_private(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -618,12 +619,30 @@ def _build_service(gauth) -> None:
         gauth.service = discovery.build_from_document(doc, http=gauth.http)
 
 
+def _read_private(path: Path) -> bytes:
+    """The bytes of a credentials file. One that other users can read (or change) is made 0600 first, with a
+    warning naming it and its mode: a Drive key or token in a file others can read is a key they may have."""
+    with open(path, "rb") as fh:
+        mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
+        if os.name == "posix" and mode & 0o077:
+            try:
+                os.fchmod(fh.fileno(), 0o600)
+                done = "colabkit changed it to 0600"
+            except OSError as exc:
+                done = f"colabkit could not change that ({exc.strerror}): run chmod 600 {path}"
+            log.warning("colabkit: the Drive credentials file %s could be read by other users (mode %04o); %s. "
+                        "If other people use this machine, treat it as leaked: revoke it (delete the service-account "
+                        "key, or remove colabkit's access in your Google account) and sign in again with "
+                        "`colabkit drive login`.", path, mode, done)
+        return fh.read()
+
+
 def _load_credentials(path: Path):
     """(pydrive2 GoogleAuth, kind) from a service-account key or saved OAuth tokens; nothing is printed."""
     require("pydrive2", "drive", "Google Drive access")
     from pydrive2.auth import GoogleAuth
     try:
-        raw = path.read_bytes()
+        raw = _read_private(path)
     except FileNotFoundError:
         raise DriveAuthError(
             f"No Google Drive credentials at {path}. Run `colabkit drive login --service-account KEY.json` or "

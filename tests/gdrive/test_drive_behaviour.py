@@ -524,6 +524,39 @@ def test_credentials_are_never_written_through_a_link_planted_at_a_guessable_nam
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_a_credentials_file_other_users_can_read_is_made_private_with_a_warning(gdrive, caplog):
+    import stat
+    import subprocess
+    import sys
+    os.chmod(gdrive.key, 0o644)
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        g.connect()
+    assert stat.S_IMODE(os.stat(gdrive.key).st_mode) == 0o600
+    lines = [r.getMessage() for r in caplog.records if str(gdrive.key) in r.getMessage()]
+    assert len(lines) == 1 and "0644" in lines[0] and "0600" in lines[0], lines
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        g.connect(fresh=True)
+    assert not caplog.records, "a private file: no warning"
+    os.chmod(gdrive.key, 0o640)                                  # and from the command line, on stderr
+    res = subprocess.run([sys.executable, "-m", "colabkit", "drive", "whoami"], capture_output=True, text=True,
+                         env=gdrive.env, timeout=60)
+    assert res.returncode == 0 and str(gdrive.key) in res.stderr and "0640" in res.stderr, res.stderr
+    assert stat.S_IMODE(os.stat(gdrive.key).st_mode) == 0o600
+
+
+def test_credentials_are_created_0600_not_made_private_afterwards(tmp_path, monkeypatch):
+    import stat
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("this file system does not change modes")
+    monkeypatch.setattr(os, "chmod", refuse)
+    path = tmp_path / "cfg" / "drive-credentials.json"
+    g.write_private(path, b'{"secret": 1}')
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_bytes() == b'{"secret": 1}'
+
+
 def test_an_archive_larger_than_the_free_disk_is_refused_before_extraction(tmp_path, monkeypatch):
     import shutil
     import zipfile
