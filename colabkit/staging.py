@@ -54,7 +54,7 @@ PART = ".colabkit-part"
 _SENDFILE_CHUNK = 64 << 20
 _NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EINVAL)}
 _BINARY = getattr(os, "O_BINARY", 0)   # Windows opens descriptors in text mode without it
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # a symbolic link at the name fails the open (ELOOP) instead of being followed
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # a link at the name fails the open (ELOOP) instead of being followed
 # a name the destination's file system cannot hold: too long (a name, or the whole path), or characters or an
 # encoding it refuses (vfat, exFAT, NTFS: EINVAL; strict UTF-8 file systems: EILSEQ)
 _UNUSABLE_NAME = {errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ}
