@@ -13,12 +13,14 @@ protocol and continue from the last byte the server acknowledged. pydrive2 is im
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
 import os
 import random
 import re
+import stat
 import threading
 import time
 from pathlib import Path
@@ -49,6 +51,7 @@ RATE_WINDOW_S = 150.0
 # After making a folder of a path, colabkit looks again this much later and, when a twin shows up, uses the one
 # that every process picks (see DriveClient.choose_folder). Twins are never deleted (0: no second look)
 CREATE_CHECK_S = 2.0
+NAME_MAX = 255                  # bytes in a file name on Linux's, macOS's and Windows' usual file systems
 _RATE_REASONS = {"rateLimitExceeded", "userRateLimitExceeded"}
 _RETRY_REASONS = _RATE_REASONS | {"backendError", "internalError"}
 
@@ -87,7 +90,8 @@ def write_private(path: Path, data: bytes) -> None:
     """Write a secret: 0600 from the first byte (no window where others can read it), replaced atomically."""
     import tempfile
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a fresh, unpredictable name opened with O_EXCL (never through a link planted at a guessable name)
+    # a fresh, unpredictable name, created 0600 with O_EXCL|O_NOFOLLOW (never through a link planted at a
+    # guessable name, never readable by others, not even before a chmod)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
     try:
@@ -95,7 +99,6 @@ def write_private(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -499,39 +502,62 @@ class DriveClient:
         self.download(file_id, buf, what=what)
         return buf.getvalue()
 
-    def walk(self, folder_id: str, prefix: str = "", *, where: str | None = None, _seen=None) -> dict[str, dict]:
+    def walk(self, folder_id: str, *, where: str | None = None) -> dict[str, dict]:
         """rel path -> newest file metadata, for every file below a folder. Items whose Drive name is not a
         safe local file name (see unsafe_name) are left out, each with a warning naming it. Shortcuts stand
-        for their targets (a folder's files, or a file's bytes under the shortcut's name); a shortcut back to
-        a folder already being walked is skipped."""
-        found: dict[str, list] = {}
+        for their targets (a folder's files, or a file's bytes under the shortcut's name). Each folder is
+        listed once, breadth first, and its files are under the shortest path that reaches it: a shortcut to a
+        folder reached already (one above it, or one a lattice of shortcuts reaches by 2**depth paths) is
+        skipped with a warning naming where that folder's files are. A file that shares its name with a folder
+        beside it (Drive allows it) is renamed as Drive numbers duplicates ("labels (1).csv"), with a warning."""
         where = where or f"Drive folder {folder_id}"
-        seen = (_seen or set()) | {folder_id}
-        for item in self.children(folder_id):
-            why = unsafe_name(item["title"])
-            if why:
-                kind = "folder" if item.get("mimeType") == FOLDER_MIME else "file"
-                log.warning("colabkit: skipped the %s %s/%s%s (Drive id %s): %s", kind, where, prefix,
-                            item["title"], item["id"], why)
-                continue
-            rel = f"{prefix}{item['title']}"
-            item = self.resolve(item, f"{where}/{prefix}".rstrip("/"))
-            if item is None:
-                continue
-            if item.get("mimeType") == FOLDER_MIME:
-                if item["id"] in seen:
-                    log.warning("colabkit: skipped the shortcut %s/%s: it points back to a folder above it",
-                                where, rel)
+        walked = {folder_id: ""}               # every folder listed so far -> the rel path of its files
+        queue = collections.deque([(folder_id, "")])
+        found: dict[str, list] = {}
+        while queue:
+            parent, prefix = queue.popleft()
+            listed = []
+            for item in self.children(parent):
+                why = unsafe_name(item["title"])
+                if why:
+                    kind = "folder" if item.get("mimeType") == FOLDER_MIME else "file"
+                    log.warning("colabkit: skipped the %s %s/%s%s (Drive id %s): %s", kind, where, prefix,
+                                item["title"], item["id"], why)
                     continue
-                for sub_rel, sub in self.walk(item["id"], rel + "/", where=where, _seen=seen).items():
-                    found.setdefault(sub_rel, []).append(sub)
-            elif str(item.get("mimeType", "")).startswith(GOOGLE_APPS):
-                kind = _NATIVE.get(item["mimeType"], item["mimeType"])
-                log.warning("colabkit: skipped %s/%s: it is a %s, which has no file to download (Drive answers "
-                            "fileNotDownloadable); download it from Drive as a file into the folder to include it",
-                            where, rel, kind)
-            else:
-                found.setdefault(rel, []).append(item)
+                item = self.resolve(item, f"{where}/{prefix}".rstrip("/"))
+                if item is not None:
+                    listed.append(item)
+            # Drive lets a file and a folder share a name, a local disk does not: the folder keeps it
+            folder_names = {i["title"] for i in listed if i.get("mimeType") == FOLDER_MIME}
+            taken = {i["title"] for i in listed}
+            renamed: dict[str, str] = {}
+            for item in listed:
+                rel = f"{prefix}{item['title']}"
+                if item.get("mimeType") == FOLDER_MIME:
+                    if item["id"] in walked:
+                        there = walked[item["id"]]
+                        log.warning("colabkit: skipped %s/%s: it leads to %s, %s", where, rel,
+                                    f"{where}/{there}".rstrip("/"),
+                                    "a folder above it" if not there or rel.startswith(there + "/") else
+                                    "a folder already staged there (each folder is copied once, however many "
+                                    "shortcuts lead to it)")
+                        continue
+                    walked[item["id"]] = rel
+                    queue.append((item["id"], rel + "/"))
+                elif str(item.get("mimeType", "")).startswith(GOOGLE_APPS):
+                    kind = _NATIVE.get(item["mimeType"], item["mimeType"])
+                    log.warning("colabkit: skipped %s/%s: it is a %s, which has no file to download (Drive answers "
+                                "fileNotDownloadable); download it from Drive as a file into the folder to include "
+                                "it", where, rel, kind)
+                else:
+                    if item["title"] in folder_names:
+                        if item["title"] not in renamed:
+                            renamed[item["title"]] = name = _free_name(item["title"], taken)
+                            taken.add(name)
+                            log.warning("colabkit: %s/%s is both a folder and a file on Google Drive; the folder "
+                                        "keeps the name, the file is staged as %r", where, rel, prefix + name)
+                        rel = f"{prefix}{renamed[item['title']]}"
+                    found.setdefault(rel, []).append(item)
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}
 
 
@@ -545,14 +571,27 @@ def _is_folder_like(item: dict) -> bool:
 
 def unsafe_name(title) -> str | None:
     """Why a Drive name cannot be one local path component (None when it can). Drive allows any title, "/",
-    "..", "." and "" included; joined onto a local folder those would nest or escape it."""
+    "..", "." and "" included (joined onto a local folder those would nest or escape it), and titles far longer
+    than a local file system's names (NAME_MAX bytes)."""
     if not isinstance(title, str) or title in ("", ".", ".."):
         return f"{title!r} is not a usable file name"
     if "/" in title or "\\" in title:
         return "its name contains a slash, which a local path would read as a folder"
     if "\0" in title:
         return "its name contains a NUL character"
+    size = len(title.encode("utf-8", errors="surrogatepass"))
+    if size > NAME_MAX:
+        return f"its name is {size} bytes long (UTF-8), and a local file name holds at most {NAME_MAX}"
     return None
+
+
+def _free_name(title: str, taken: set) -> str:
+    """``title`` numbered as Drive numbers a duplicate when it downloads one ("a (1).csv"), unused in ``taken``."""
+    stem, dot, ext = title.rpartition(".") if "." in title.lstrip(".") else (title, "", "")
+    n = 1
+    while f"{stem} ({n}){dot}{ext}" in taken:
+        n += 1
+    return f"{stem} ({n}){dot}{ext}"
 
 
 def _q(text: str) -> str:
@@ -580,12 +619,30 @@ def _build_service(gauth) -> None:
         gauth.service = discovery.build_from_document(doc, http=gauth.http)
 
 
+def _read_private(path: Path) -> bytes:
+    """The bytes of a credentials file. One that other users can read (or change) is made 0600 first, with a
+    warning naming it and its mode: a Drive key or token in a file others can read is a key they may have."""
+    with open(path, "rb") as fh:
+        mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
+        if os.name == "posix" and mode & 0o077:
+            try:
+                os.fchmod(fh.fileno(), 0o600)
+                done = "colabkit changed it to 0600"
+            except OSError as exc:
+                done = f"colabkit could not change that ({exc.strerror}): run chmod 600 {path}"
+            log.warning("colabkit: the Drive credentials file %s could be read by other users (mode %04o); %s. "
+                        "If other people use this machine, treat it as leaked: revoke it (delete the service-account "
+                        "key, or remove colabkit's access in your Google account) and sign in again with "
+                        "`colabkit drive login`.", path, mode, done)
+        return fh.read()
+
+
 def _load_credentials(path: Path):
     """(pydrive2 GoogleAuth, kind) from a service-account key or saved OAuth tokens; nothing is printed."""
     require("pydrive2", "drive", "Google Drive access")
     from pydrive2.auth import GoogleAuth
     try:
-        raw = path.read_bytes()
+        raw = _read_private(path)
     except FileNotFoundError:
         raise DriveAuthError(
             f"No Google Drive credentials at {path}. Run `colabkit drive login --service-account KEY.json` or "

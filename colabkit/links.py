@@ -169,7 +169,9 @@ def _check_room(archive: Path, into: Path) -> None:
 
 
 def extract_archive(archive: Path, into: Path) -> None:
-    """Extract a .zip/.tar/.tar.gz into ``into``: regular files and folders only, no member outside it."""
+    """Extract a .zip/.tar/.tar.gz into ``into``: regular files and folders only, no member outside it, each
+    file created anew (never written through a link at its name)."""
+    from .staging import new_file
     into.mkdir(parents=True, exist_ok=True)
     root = into.resolve()
     _check_room(archive, into)
@@ -192,7 +194,7 @@ def extract_archive(archive: Path, into: Path) -> None:
                         target.mkdir(parents=True, exist_ok=True)
                         continue
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    with zf.open(info) as src, open(target, "wb") as out:
+                    with zf.open(info) as src, os.fdopen(new_file(target), "wb") as out:
                         shutil.copyfileobj(src, out, 4 << 20)
         else:
             with tarfile.open(archive) as tf:
@@ -202,7 +204,7 @@ def extract_archive(archive: Path, into: Path) -> None:
                         target.mkdir(parents=True, exist_ok=True)
                     elif member.isfile():
                         target.parent.mkdir(parents=True, exist_ok=True)
-                        with tf.extractfile(member) as src, open(target, "wb") as out:
+                        with tf.extractfile(member) as src, os.fdopen(new_file(target), "wb") as out:
                             shutil.copyfileobj(src, out, 4 << 20)
                     else:
                         raise LinkError(f"{archive.name} holds {member.name!r}, which is not a regular file or "

@@ -20,6 +20,11 @@ staged, the journal of an unfinished copy, downloads and extraction in progress)
 ``<dst>.colabkit-stage/`` (see state_dir), so a folder-per-class loader that lists every entry sees only the
 source's classes. A copy made by an older version, with ``.colabkit-stage/`` inside, has it moved out on the
 next stage.
+
+Safe in a folder other users can write (/tmp): the bookkeeping folder is made private (0700), and an existing
+one, or an existing dst, must be this user's own (see _check_own_folder), else stage refuses before writing
+anything. Every file stage writes (part files, temporary JSON, the journal) is created anew with
+O_EXCL|O_NOFOLLOW, so a symbolic link planted at its name is replaced, never written through.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +54,10 @@ PART = ".colabkit-part"
 _SENDFILE_CHUNK = 64 << 20
 _NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EINVAL)}
 _BINARY = getattr(os, "O_BINARY", 0)   # Windows opens descriptors in text mode without it
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # a link at the name fails the open (ELOOP) instead of being followed
+# a name the destination's file system cannot hold: too long (a name, or the whole path), or characters or an
+# encoding it refuses (vfat, exFAT, NTFS: EINVAL; strict UTF-8 file systems: EILSEQ)
+_UNUSABLE_NAME = {errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ}
 NETWORK_WORKERS = 16   # files in flight from a network source: enough to hide a round trip per file
 
 
@@ -60,7 +70,7 @@ class Entry:
     rel: str
     size: int
     stamp: str                  # size+mtime identity: mtime_ns (local) or modifiedDate (Drive)
-    fetch: Callable             # fetch(dest_path, progress) -> None
+    fetch: Callable             # fetch(out_fd, progress) -> None: writes the bytes into the open descriptor
     digest: Callable | None = None  # content identity for checksum mode
 
 
@@ -71,15 +81,11 @@ def _fmt(n: float) -> str:
 
 # -- sources -------------------------------------------------------------------------------------------
 def _local_copy(src: str, size: int, mtime_ns: int):
-    def fetch(dest: Path, progress):
+    def fetch(fout: int, progress):
         # raw descriptors: for many small files the per-file cost is what counts
         fin = os.open(src, os.O_RDONLY | _BINARY)
         try:
-            fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _BINARY, 0o666)
-            try:
-                _copy_fd(fin, fout, size, progress)
-            finally:
-                os.close(fout)
+            _copy_fd(fin, fout, size, progress)
             st = os.fstat(fin)
             if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):  # rewritten or replaced since it was listed
                 raise OSError(errno.EIO, f"{src} changed during the copy ({size} -> {st.st_size} bytes); run stage "
@@ -161,8 +167,8 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
                                 f"{client.whoami()}).")
 
     def entry(rel, meta):
-        def fetch(dest: Path, progress, fid=meta["id"]):
-            with open(dest, "wb") as fh:
+        def fetch(out: int, progress, fid=meta["id"]):
+            with os.fdopen(out, "wb", closefd=False) as fh:
                 client.download(fid, fh, what=f"downloading gdrive://{folder}/{rel}", progress=progress)
         return Entry(rel, int(meta.get("fileSize", 0)), meta.get("modifiedDate", ""), fetch,
                      lambda m=meta: m.get("md5Checksum", ""))
@@ -197,10 +203,63 @@ def state_dir(dst: Path) -> Path:
     return beside if os.access(parent, os.W_OK) else keyed
 
 
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _check_own_folder(path: Path, *, bookkeeping_for: Path | None = None) -> None:
+    """Refuse (PermissionError) a folder at ``path`` that another user could have planted or can change: it
+    must be this user's own and writable by no one else. For the bookkeeping folder (``bookkeeping_for``: the
+    staged folder it belongs to) also a real folder, not a symbolic link, and not group-writable (colabkit
+    makes it 0700). dst may be a link of this user's to a folder of theirs, and group-writable (a user's own
+    folders are, under the common umask 002, and nothing in it is written through a link)."""
+    what = f"the folder where stage keeps its bookkeeping for {bookkeeping_for}" if bookkeeping_for else \
+        "the folder to stage into"
+    elsewhere = "stage elsewhere: another dst, in a folder only you can write (under your home folder, say)"
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        if bookkeeping_for is not None:
+            raise PermissionError(f"{path} ({what}) is a symbolic link (to {os.readlink(path)}), not a folder "
+                                  f"colabkit made; it was not followed. Remove the link, or {elsewhere}.")
+        if hasattr(os, "geteuid") and st.st_uid not in (os.geteuid(), 0):
+            raise PermissionError(f"{path} ({what}) is a symbolic link owned by {_user_name(st.st_uid)}, not by "
+                                  f"you: that user can point it elsewhere at any time. Remove it, or {elsewhere}.")
+        st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        if bookkeeping_for is None:
+            return                             # a file at dst: stage's own check names it
+        raise PermissionError(f"{path} ({what}) is not a folder. Remove it, or {elsewhere}.")
+    if not hasattr(os, "geteuid"):             # Windows: no POSIX owner and mode bits to check
+        return
+    if st.st_uid != os.geteuid():
+        raise PermissionError(f"colabkit will not stage through {path} ({what}): it belongs to "
+                              f"{_user_name(st.st_uid)}, not to you ({_user_name(os.geteuid())}), so that user could "
+                              f"read or replace what is staged, or make stage overwrite files of yours through "
+                              f"links. Have it removed (by its owner or root), or {elsewhere}.")
+    others = 0o022 if bookkeeping_for is not None else 0o002
+    if st.st_mode & others:
+        raise PermissionError(f"colabkit will not stage through {path} ({what}): other users can write into it "
+                              f"(mode {stat.S_IMODE(st.st_mode):04o}). If everything in it is yours, make it private "
+                              f"(chmod {'700' if bookkeeping_for else 'o-w'} {path}); else remove it, or {elsewhere}.")
+
+
+def _make_own_folder(path: Path, mode: int, *, bookkeeping_for: Path | None = None) -> None:
+    """Make the folder ``path`` with ``mode`` (its parents as usual) unless it exists; then check it is ours
+    (an existing one, or one another user made just before us, is refused)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, mode)
+    _check_own_folder(path, bookkeeping_for=bookkeeping_for)
+
+
 def _claim(dst: Path, state: Path) -> None:
-    """Make dst and its bookkeeping, recording which folder the bookkeeping is for (its inode)."""
-    dst.mkdir(parents=True, exist_ok=True)
-    state.mkdir(parents=True, exist_ok=True)
+    """Make dst and its private bookkeeping folder, recording which folder the bookkeeping is for (its inode)."""
+    _make_own_folder(dst, 0o755)
+    _make_own_folder(state, 0o700, bookkeeping_for=dst)
     _write_json(state / "folder.json", {"folder": str(dst), "inode": dst.stat().st_ino})
 
 
@@ -221,6 +280,7 @@ def _adopt_state(dst: Path, state: Path) -> None:
         else:
             state.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(legacy), str(state))
+            os.chmod(state, 0o700)
             _claim(dst, state)
             log.info("colabkit: moved the staging bookkeeping out of %s, to %s", dst, state)
     if state.is_dir() and not _owns(state, dst):
@@ -238,26 +298,70 @@ def _check_space(where: Path, need: int, what: str) -> None:
                                               f"pass dst= on a larger disk.")
 
 
+def new_file(path, mode: int = 0o666) -> int:
+    """A descriptor open for writing on a new, empty file at ``path``. Whatever was at that name (a part file
+    of an interrupted run, a symbolic link someone planted) is removed first, and the file is created with
+    O_EXCL|O_NOFOLLOW: it is never written through a link."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _BINARY, mode)
+
+
+def _read_text(path: Path) -> str | None:
+    """The text of the file at ``path``; None when there is none, or a symbolic link is there (not followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _BINARY)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read().decode("utf-8", errors="surrogateescape")
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Replace the file at ``path`` atomically, through a temporary file created anew (never through a link)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with os.fdopen(new_file(tmp, 0o600), "wb") as fh:
+        fh.write(text.encode("utf-8", errors="surrogateescape"))
+    os.replace(tmp, path)                      # a rename replaces a link at ``path``, it does not follow it
+
+
 def _read_json(path: Path):
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(_read_text(path) or "")
+    except ValueError:
         return None
 
 
 def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    _write_text(path, json.dumps(data))
 
 
-def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, desc: str, quiet: bool) -> None:
-    """Copy entries into ``into``, skipping the ones the journal lists as done; journal each completed file."""
+def _part_path(target: str, name_max: int) -> str:
+    """Where ``target`` is written until complete: ``<name>.colabkit-part`` beside it, or, where that name would
+    be longer than the file system allows, a short one derived from it."""
+    folder, name = os.path.split(target)
+    if len(os.fsencode(name)) + len(PART) <= name_max:
+        return target + PART
+    return os.path.join(folder, "." + hashlib.sha1(os.fsencode(name)).hexdigest()[:16] + PART)
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name (bytes) the file system of ``folder`` holds (255 on Linux's usual ones)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (AttributeError, ValueError, OSError):
+        return 255
+
+
+def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, desc: str, quiet: bool,
+              source: str) -> dict:
+    """Copy entries into ``into``, skipping the ones the journal lists as done; journal each completed file.
+    Returns {rel: why} of the entries whose name the destination cannot hold: each is skipped with a warning
+    naming it (``source``/rel), and the rest is copied."""
     done = {}
-    if journal.exists():
-        for line in journal.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
-            rel, _, stamp = line.partition("\t")
-            done[rel] = stamp
+    for line in (_read_text(journal) or "").splitlines():
+        rel, _, stamp = line.partition("\t")
+        done[rel] = stamp
     todo = []
     for e in entries:
         target = into / e.rel
@@ -272,18 +376,36 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     files_done = [0]
     shown = [0.0]
     made: set = set()
+    skipped: dict = {}
+    name_max = _name_max(into)
     # flushed in batches: a lost line only means one re-copy; names that are not UTF-8 are kept as they are
-    jfh = open(journal, "a", buffering=1 << 16, encoding="utf-8", errors="surrogateescape")
+    if journal.is_symlink():                   # not ours: appending would write through it
+        journal.unlink()
+    jfh = open(os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o600), "a",
+               buffering=1 << 16, encoding="utf-8", errors="surrogateescape")
 
     def one(e: Entry):
         target = os.path.join(into, e.rel)
         parent = os.path.dirname(target)
-        if parent not in made:
-            os.makedirs(parent, exist_ok=True)
-            made.add(parent)
-        part = target + PART
+        part = _part_path(target, name_max)
         try:
-            e.fetch(part, bar.update)
+            if parent not in made:
+                os.makedirs(parent, exist_ok=True)
+                made.add(parent)
+            out = new_file(part)
+        except OSError as exc:
+            if exc.errno not in _UNUSABLE_NAME:
+                raise
+            why = f"the destination's file system cannot hold its name or path ({exc.strerror})"
+            log.warning("colabkit: skipped %s/%s: %s", source.rstrip("/"), e.rel, why)
+            with lock:
+                skipped[e.rel] = why
+            return
+        try:
+            try:
+                e.fetch(out, bar.update)
+            finally:
+                os.close(out)
             got = os.stat(part).st_size
             if got != e.size:
                 raise OSError(errno.EIO, f"{e.rel}: copied {got} bytes, the source had {e.size}; it changed "
@@ -323,6 +445,7 @@ def _copy_all(entries: list[Entry], into: Path, journal: Path, *, workers: int, 
     finally:
         jfh.close()
         bar.close()
+    return skipped
 
 
 def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, quiet: bool = False) -> Path:
@@ -342,6 +465,9 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
     src_text = os.fspath(src) if isinstance(src, os.PathLike) else src.strip()
     dst = Path(os.path.abspath(os.path.expanduser(str(dst)))) if dst is not None else _default_dst(src_text)
     state = state_dir(dst)
+    for folder, of in ((dst, None), (state, dst)):   # before anything is read from or written to either
+        if os.path.lexists(folder):
+            _check_own_folder(folder, bookkeeping_for=of)
     _adopt_state(dst, state)
     marker = state / "complete.json"
     if dst.exists() and (not dst.is_dir() or (any(dst.iterdir()) and not state.is_dir())):
@@ -376,6 +502,8 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
     previous = _read_json(marker)
     if previous is not None and _unchanged(previous, identity, checksum) and _intact(dst, previous):
         log.info("colabkit: %s is staged at %s and unchanged; nothing to copy", src_text, dst)
+        for rel, why in previous.get("skipped", {}).items():
+            log.warning("colabkit: skipped %s/%s: %s", src_text.rstrip("/"), rel, why)
         return dst
     created = not dst.exists()
     try:
@@ -395,9 +523,8 @@ def _stage_entries(src_text, dst, state, entries, identity, archive, workers, qu
     previous = _read_json(marker)
     if previous is not None and not archive and not journal.exists():  # files staged last time count as done
         same = previous.get("digests", {}) if "digests" in identity else None
-        journal.write_text("".join(f"{rel}\t{stamp}\n" for rel, stamp in previous.get("files", {}).items()
-                                   if same is None or same.get(rel) == identity["digests"].get(rel)),
-                           encoding="utf-8", errors="surrogateescape")
+        _write_text(journal, "".join(f"{rel}\t{stamp}\n" for rel, stamp in previous.get("files", {}).items()
+                                     if same is None or same.get(rel) == identity["digests"].get(rel)))
     marker.unlink(missing_ok=True)
     total = sum(e.size for e in entries)
     big = total / max(len(entries), 1) >= (1 << 20)
@@ -407,21 +534,26 @@ def _stage_entries(src_text, dst, state, entries, identity, archive, workers, qu
     desc = f"staging {Path(src_text.rstrip('/')).name or src_text}"
     log.info("colabkit: staging %s (%d files, %s) from %s, %d at a time", src_text, len(entries),
              _fmt(total), "the network" if network else "a local disk", n_workers)
+    skipped = {}
     if archive:
         downloads = state / "archive"
         downloads.mkdir(exist_ok=True)
-        _copy_all(entries, downloads, journal, workers=1, desc=desc, quiet=quiet)
+        if _copy_all(entries, downloads, journal, workers=1, desc=desc, quiet=quiet, source=src_text):
+            raise OSError(errno.ENAMETOOLONG, f"{src_text}: its name cannot be a file name in {downloads}; stage a "
+                                              f"copy of the archive with a shorter, plain name.")
         arch = downloads / entries[0].rel
         _extract_into(arch, dst, state, extract_archive)
         arch.unlink()
         outputs = {p.relative_to(dst).as_posix() for p in _files(dst)}
     else:
-        _copy_all(entries, dst, journal, workers=n_workers, desc=desc, quiet=quiet)
-        outputs = {e.rel for e in entries}
-        if not created:                        # a mirror: drop what the source no longer has
-            _prune(dst, outputs)
-    sizes = {e.rel: e.size for e in entries} if not archive else {rel: (dst / rel).stat().st_size for rel in outputs}
-    _write_json(marker, {**identity, "outputs": sorted(outputs), "sizes": sizes})
+        skipped = _copy_all(entries, dst, journal, workers=n_workers, desc=desc, quiet=quiet, source=src_text)
+        outputs = {e.rel for e in entries} - set(skipped)
+        if not created or skipped:             # a mirror: drop what the source no longer has, and the folders
+            _prune(dst, outputs)               # made for files that could not be written
+    sizes = {e.rel: e.size for e in entries if e.rel in outputs} if not archive else \
+        {rel: (dst / rel).stat().st_size for rel in outputs}
+    _write_json(marker, {**identity, "outputs": sorted(outputs), "sizes": sizes,
+                         **({"skipped": skipped} if skipped else {})})
     journal.unlink(missing_ok=True)
     return dst
 

@@ -48,6 +48,7 @@ def gdrive(drive_server, tmp_path, monkeypatch):
     import colabkit.gdrive as g
     key = tmp_path / "sa-key.json"
     key.write_text(json.dumps(service_account_key(drive_server)))
+    key.chmod(0o600)                       # as a key should be kept (colabkit warns about, and fixes, any other mode)
     monkeypatch.setenv("COLABKIT_DRIVE_API_ROOT", drive_server.root_url)
     monkeypatch.setenv("COLABKIT_DRIVE_CREDENTIALS", str(key))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -83,6 +83,48 @@ def test_staging_skips_drive_names_that_would_escape_or_nest_and_names_each(gdri
         assert any(f" {name} (Drive id" in m for m in skipped), (name, skipped)
 
 
+def test_names_a_local_disk_cannot_hold_are_skipped_with_a_warning_and_the_rest_is_staged(gdrive, tmp_path, caplog):
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"ok.bin": b"ok", "sub/in.bin": b"in"})
+    too_long = "\u00e9" * 128 + ".bin"                     # 132 characters, 260 bytes: over 255 bytes
+    state.add(too_long, top, data=b"long")
+    long_folder = "d" * 256
+    state.add("f.bin", state.add(long_folder, top, mime=FOLDER)["id"], data=b"f")
+    near = "n" * 250 + ".bin"                                # a file name, but too long for a name + a suffix
+    state.add(near, top, data=b"near")
+    deep, parent = [], top                                   # every name fits; the path does not (4096 bytes)
+    for i in range(17):
+        deep.append(f"{i:02d}" + "p" * 240)
+        parent = state.add(deep[-1], parent, mime=FOLDER)["id"]
+    state.add("deep.bin", parent, data=b"deep")
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        assert colabkit.stage("gdrive://data/set", out, quiet=True) == out
+    assert staged(out) == {"ok.bin": b"ok", "sub/in.bin": b"in", near: b"near"}
+    assert not [p for p in out.rglob("*") if p.is_dir() and not any(p.iterdir())], "no empty folder left behind"
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    for name in (too_long, long_folder, "/".join(deep) + "/deep.bin"):
+        assert sum(f"gdrive://data/set/{name}" in m for m in skipped) == 1, (name[:40], skipped)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="colabkit"):    # unchanged: a cache hit, the skips named again
+        assert colabkit.stage("gdrive://data/set", out, quiet=True) == out
+    assert sum("deep.bin" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_file_and_a_folder_of_the_same_name_both_land_the_file_renamed(gdrive, tmp_path, caplog):
+    state = gdrive.state
+    top = dataset(gdrive, "data/set", {"labels/a.bin": b"a", "train.csv": b"rows"})
+    state.add("labels", top, data=b"the file")               # made after the folder of that name
+    state.add("x.bin", state.add("train.csv", top, mime=FOLDER)["id"], data=b"x")   # and before
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        out = colabkit.stage("gdrive://data/set", tmp_path / "out", quiet=True)
+    assert staged(out) == {"labels/a.bin": b"a", "labels (1)": b"the file", "train.csv/x.bin": b"x",
+                           "train (1).csv": b"rows"}
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "gdrive://data/set/labels" in text and "labels (1)" in text and "train (1).csv" in text
+    assert colabkit.stage("gdrive://data/set", out, quiet=True) == out and staged(out)["labels (1)"] == b"the file"
+
+
 def test_a_checkpoint_whose_manifest_lists_a_path_outside_it_is_not_restored(gdrive, tmp_path):
     from colabkit.checkpoints import manifest as m
     with colabkit.Checkpoints("gdrive://runs/t", local_dir=tmp_path / "local") as ckpt:
@@ -233,6 +275,36 @@ def test_staging_follows_shortcuts_to_files_and_folders(gdrive, tmp_path, caplog
     assert "gdrive://data/set/loop" in text and "gdrive://data/set/gone.bin" in text
     state.add_shortcut("linked", top, state.find("data")["id"])          # the dataset itself through a shortcut
     assert staged(colabkit.stage("gdrive://data/linked", tmp_path / "out2", quiet=True)) == staged(out)
+
+
+def shortcut_lattice(server, path, depth):
+    """A shared folder of ``depth`` levels where each level holds a file and two shortcuts ("a", "b") to the next
+    level: 2**depth paths lead to the last level."""
+    state = server.state
+    top = dataset(server, path, {"f0.bin": b"level 0"})
+    levels = [top] + [state.add(f"level {k}", parent="0AOTHERUSER", mime=FOLDER)["id"] for k in range(1, depth + 1)]
+    for k in range(1, depth + 1):
+        state.add(f"f{k}.bin", levels[k], data=f"level {k}".encode())
+        state.add_shortcut("a", levels[k], levels[k - 1])
+        state.add_shortcut("b", levels[k], levels[k - 1])
+    return top
+
+
+def test_a_lattice_of_shortcuts_is_walked_once_per_folder_with_the_repeats_named(gdrive, tmp_path, caplog):
+    g.connect()
+    requests = {}
+    for depth in (6, 12):
+        shortcut_lattice(gdrive, f"data/lattice{depth}", depth)
+        gdrive.reset_count()
+        with caplog.at_level(logging.WARNING, logger="colabkit"):
+            out = colabkit.stage(f"gdrive://data/lattice{depth}", tmp_path / f"out{depth}", quiet=True)
+        requests[depth] = gdrive.count
+        files = staged(out)                    # each folder's files once, under one of the paths that reach it
+        assert sorted(files.values()) == sorted(f"level {k}".encode() for k in range(depth + 1))
+        assert all(rel.count("/") == int(data.split()[1]) for rel, data in ((r, d.decode()) for r, d in files.items()))
+    assert requests[12] <= 2 * requests[6], f"requests grow with the number of folders, not of paths: {requests}"
+    repeats = [r.getMessage() for r in caplog.records if "lattice12" in r.getMessage()]
+    assert len(repeats) == 12 and all("already staged there" in m for m in repeats), repeats
 
 
 # -- 7. Google-native files inside a dataset ---------------------------------------------------------------
@@ -450,6 +522,39 @@ def test_credentials_are_never_written_through_a_link_planted_at_a_guessable_nam
     g.write_private(path, b'{"secret": 1}')
     assert target.read_text() == "keep me" and path.read_bytes() == b'{"secret": 1}'
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_a_credentials_file_other_users_can_read_is_made_private_with_a_warning(gdrive, caplog):
+    import stat
+    import subprocess
+    import sys
+    os.chmod(gdrive.key, 0o644)
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        g.connect()
+    assert stat.S_IMODE(os.stat(gdrive.key).st_mode) == 0o600
+    lines = [r.getMessage() for r in caplog.records if str(gdrive.key) in r.getMessage()]
+    assert len(lines) == 1 and "0644" in lines[0] and "0600" in lines[0], lines
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="colabkit"):
+        g.connect(fresh=True)
+    assert not caplog.records, "a private file: no warning"
+    os.chmod(gdrive.key, 0o640)                                  # and from the command line, on stderr
+    res = subprocess.run([sys.executable, "-m", "colabkit", "drive", "whoami"], capture_output=True, text=True,
+                         env=gdrive.env, timeout=60)
+    assert res.returncode == 0 and str(gdrive.key) in res.stderr and "0640" in res.stderr, res.stderr
+    assert stat.S_IMODE(os.stat(gdrive.key).st_mode) == 0o600
+
+
+def test_credentials_are_created_0600_not_made_private_afterwards(tmp_path, monkeypatch):
+    import stat
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("this file system does not change modes")
+    monkeypatch.setattr(os, "chmod", refuse)
+    path = tmp_path / "cfg" / "drive-credentials.json"
+    g.write_private(path, b'{"secret": 1}')
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_bytes() == b'{"secret": 1}'
 
 
 def test_an_archive_larger_than_the_free_disk_is_refused_before_extraction(tmp_path, monkeypatch):

@@ -389,3 +389,104 @@ def test_disk_full_simulated(tmp_path, monkeypatch):
     with pytest.raises(staging.InsufficientSpace, match="only 1.0 KiB is free"):
         colabkit.stage(str(src), tmp_path / "ds", quiet=True)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("ds")], "no folder, no bookkeeping"
+
+
+# -- staging into a folder other users can write (/tmp) ---------------------------------------------------
+OTHER_UID = 65534      # "nobody": the other local user (the tests run as root, so chown can give a folder away)
+
+
+def shared_tmp(tmp_path) -> Path:
+    """A folder like /tmp: every user may create entries in it (sticky)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    return shared
+
+
+def plant(folder: Path, links: dict, owner=OTHER_UID, mode=0o777) -> list:
+    """Another user's folder holding symbolic links {name: target}; returns what it holds."""
+    folder.mkdir()
+    for name, target in links.items():
+        (folder / name).symlink_to(target)
+        os.lchown(folder / name, owner, owner)
+    os.chmod(folder, mode)
+    os.chown(folder, owner, owner)
+    return sorted(os.listdir(folder))
+
+
+needs_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                                reason="giving a folder to another user (chown) needs root")
+
+
+@needs_root
+@pytest.mark.parametrize("dst_exists", [False, True])
+def test_a_staging_folder_planted_by_another_user_is_refused_and_nothing_is_written_through_it(tmp_path, dst_exists):
+    src = make_classes(tmp_path / "pets", n=2)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    shared = shared_tmp(tmp_path)
+    dst = shared / "data"
+    if dst_exists:                              # the user's own empty folder, made before staging
+        dst.mkdir()
+    planted = shared / ("data" + staging.STATE_SUFFIX)
+    held = plant(planted, {name: victim for name in ("folder.json.tmp", "folder.json", "journal.tsv",
+                                                     "complete.json.tmp")})
+    with pytest.raises(PermissionError) as info:
+        colabkit.stage(str(src), dst, quiet=True)
+    message = str(info.value)
+    assert str(planted) in message and f"uid {OTHER_UID}" in message and "another dst" in message, message
+    assert victim.read_text() == "keep me"
+    assert sorted(os.listdir(planted)) == held, "nothing landed in the other user's folder"
+    assert not dst.exists() or not os.listdir(dst)
+    assert main(["stage", str(src), str(dst)]) == 1 and victim.read_text() == "keep me"
+
+
+@needs_root
+def test_a_destination_planted_by_another_user_is_refused(tmp_path):
+    src = make_classes(tmp_path / "pets", n=2)
+    shared = shared_tmp(tmp_path)
+    dst = shared / "data"
+    plant(dst, {})                              # empty, and anyone may write into it
+    with pytest.raises(PermissionError, match=f"{dst}.*uid {OTHER_UID}"):
+        colabkit.stage(str(src), dst, quiet=True)
+    assert os.listdir(dst) == [], "the dataset did not land in the other user's folder"
+    assert not (shared / ("data" + staging.STATE_SUFFIX)).exists()
+
+
+@needs_root
+def test_a_link_at_the_staging_folder_s_name_is_refused(tmp_path):
+    src = make_classes(tmp_path / "pets", n=2)
+    shared = shared_tmp(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    link = shared / ("data" + staging.STATE_SUFFIX)
+    link.symlink_to(theirs)
+    os.lchown(link, OTHER_UID, OTHER_UID)
+    with pytest.raises(PermissionError, match="symbolic link"):
+        colabkit.stage(str(src), shared / "data", quiet=True)
+    assert os.listdir(theirs) == []
+
+
+def test_the_staging_folder_is_private(tmp_path):
+    out = colabkit.stage(str(make_classes(tmp_path / "pets", n=1)), tmp_path / "local", quiet=True)
+    assert stat_mode(staging.state_dir(out)) == 0o700
+
+
+def test_links_inside_colabkit_s_folders_are_never_followed(tmp_path):
+    src = make_classes(tmp_path / "pets", n=3)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = colabkit.stage(str(src), tmp_path / "local", quiet=True)
+    state = staging.state_dir(out)
+    # links where colabkit writes its temporary and partial files, and its journal
+    (src / "cat" / "new.jpg").write_bytes(b"new")
+    for path in (state / "folder.json.tmp", state / "complete.json.tmp", state / "journal.tsv",
+                 out / "cat" / ("new.jpg" + staging.PART)):
+        path.symlink_to(victim)
+    assert tree(colabkit.stage(str(src), out, quiet=True)) == tree(src)
+    assert victim.read_text() == "keep me"
+    assert not [p for p in [*out.rglob("*"), *state.rglob("*")] if p.is_symlink()]
+
+
+def stat_mode(path: Path) -> int:
+    return os.lstat(path).st_mode & 0o7777
