@@ -157,6 +157,10 @@ def migrate_notebook(path, output=None, *, in_place: bool = False, check: bool =
         where = getattr(exc, "filename", None) or target
         return NotebookReport(path=shown, status=STATUS_ERROR,
                               error=f"cannot write {where}: {exc.strerror or exc}")
+    except (RecursionError, MemoryError) as exc:  # the limits Python sets on hostile input: this file, not the run
+        return NotebookReport(path=shown, status=STATUS_ERROR,
+                              error=f"too deeply nested or too large for colabkit migrate to read "
+                                    f"({type(exc).__name__})")
 
 
 def migrate_paths(paths, output=None, *, in_place: bool = False, check: bool = False, rules=None, ignore=None,

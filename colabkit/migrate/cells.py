@@ -18,6 +18,11 @@ import warnings
 from .nbjson import split_lines
 
 _AST_FLAGS = ast.PyCF_ONLY_AST | getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+# IPython's input transformer holds every token of a cell and tokenizes it again for each magic it replaces
+# (about 450 bytes of memory per byte of source: a 50 MB cell took 19 GB). A cell past these bounds is generated
+# data rather than code to migrate; it is left as it is, with a note.
+MAX_CELL_LINES = 10_000
+MAX_CELL_CHARS = 2_000_000
 _it2 = None
 
 
@@ -86,6 +91,9 @@ def _compile(text: str):
 
 
 def read_cell(source: str, python_cell_magics) -> CellCode:
+    too_large = _too_large(source)
+    if too_large:  # checked before the cell is split into lines, which costs its own memory
+        return CellCode(lines=[], problem=("CK002", 1, too_large))
     lines = split_lines(source)
     cell = CellCode(lines=lines)
     if not lines:
@@ -111,6 +119,9 @@ def read_cell(source: str, python_cell_magics) -> CellCode:
         return cell  # valid Python as it stands: IPython would change nothing
     except (SyntaxError, ValueError):
         pass
+    except (MemoryError, RecursionError) as exc:  # what IPython's escapes would change leaves it as deep
+        cell.problem = ("CK001", 1, _too_deep(exc))
+        return cell
     it2 = inputtransformer()
     work = [line if line.endswith("\n") else line + "\n" for line in code_lines]
     first = next((i for i in range(cell.body_start, len(work)) if work[i].strip()), None)
@@ -133,7 +144,24 @@ def read_cell(source: str, python_cell_magics) -> CellCode:
         cell.problem = ("CK001", exc.lineno or 1, f"SyntaxError: {exc.msg}")
     except ValueError as exc:
         cell.problem = ("CK001", 1, f"not valid Python source: {exc}")
+    except (MemoryError, RecursionError) as exc:
+        cell.problem = ("CK001", 1, _too_deep(exc))
     return cell
+
+
+def _too_large(source: str) -> str:
+    lines = source.count("\n") + (not source.endswith("\n"))
+    if lines > MAX_CELL_LINES:
+        return f"it has {lines} lines, more than colabkit migrate reads in one cell ({MAX_CELL_LINES})"
+    if len(source) > MAX_CELL_CHARS:
+        return f"it has {len(source)} characters, more than colabkit migrate reads in one cell ({MAX_CELL_CHARS})"
+    return ""
+
+
+def _too_deep(exc: BaseException) -> str:
+    """Python's parser stops on code nested past its own limits (100,000 unary minus signs: MemoryError, a chain of
+    thousands of operators: RecursionError) after little work; Python could not run the cell either."""
+    return f"Python's parser gives up on it: nested too deeply ({type(exc).__name__})"
 
 
 def _parse_call(code: str):

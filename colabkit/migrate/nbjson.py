@@ -29,6 +29,9 @@ def parse(text: str) -> dict:
     except json.JSONDecodeError as exc:
         raise NotebookFormatError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                                   f"a notebook file (.ipynb) is a JSON document") from None
+    except RecursionError:  # the decoder's depth is bounded by the recursion limit: it stops, memory stays small
+        raise NotebookFormatError("not a notebook colabkit can read: its JSON is nested deeper than Python's json "
+                                  "module reads (a notebook nests a few levels)") from None
     if not isinstance(notebook, dict) or "nbformat" not in notebook:
         raise NotebookFormatError("not a Jupyter notebook: expected a JSON object with 'nbformat', 'metadata' "
                                   "and 'cells'")

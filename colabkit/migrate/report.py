@@ -104,10 +104,10 @@ class NotebookReport:
             mark = "" if found.applied else ("  [by hand]" if found.manual else "  [note]")
             lines.append(f"  cell {found.cell + 1} line {found.line}  {found.code} {found.message}{mark}")
             if found.applied and found.after is not None:
-                lines.extend(f"      - {line}" for line in found.before)
-                lines.extend(f"      + {line}" for line in found.after)
+                lines.extend(f"      - {_shown(line)}" for line in found.before)
+                lines.extend(f"      + {_shown(line)}" for line in found.after)
             elif found.manual and found.before:
-                lines.extend(f"      | {line}" for line in found.before)
+                lines.extend(f"      | {_shown(line)}" for line in found.before)
         steps = self.manual_steps
         if steps:
             lines.append("  by hand:")
@@ -125,6 +125,16 @@ class NotebookReport:
         if self.changed:
             lines.append(f"  to run it: {self.install} (the migrated notebook imports colabkit itself)")
         return "\n".join(lines)
+
+
+SHOWN_CHARS = 200
+
+
+def _shown(line: str) -> str:
+    """A source line as the report shows it: a line of generated data is cut, not printed whole."""
+    if len(line) <= SHOWN_CHARS:
+        return line
+    return f"{line[:SHOWN_CHARS]} ... ({len(line) - SHOWN_CHARS} more characters)"
 
 
 def _diff_lines(text: str) -> list:

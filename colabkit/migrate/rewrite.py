@@ -138,21 +138,19 @@ def _bound_names(tree) -> set:
     """Names a cell binds in the notebook's namespace: assignments, loop and with targets, imports, defs and
     classes, outside function bodies (a function's locals are not what a top-level $name sees)."""
     names = set()
-
-    def visit(node):
+    stack = [tree]   # not recursion: a tree Python parses can be thousands of levels deep
+    while stack:
+        node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-            return
+            continue
         if isinstance(node, ast.Lambda):
-            return
+            continue
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update(_binding(node, a) for a in node.names if a.name != "*")
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
+        stack.extend(ast.iter_child_nodes(node))
     return names
 
 
@@ -462,7 +460,9 @@ class Rewriter:
 
     def _references(self, work, tree):
         """Uses of google.colab names that no rule rewrote."""
-        def visit(node):
+        stack = [tree]   # depth first in source order, without recursion (a tree can be thousands of levels deep)
+        while stack:
+            node = stack.pop()
             if isinstance(node, (ast.Attribute, ast.Name)) and not isinstance(node.ctx, ast.Store):
                 qual, binding = self._qualname(node)
                 if qual is not None:
@@ -472,10 +472,8 @@ class Rewriter:
                         code = next((c for p, c in R.REPORT_PREFIXES if qual.startswith(p)), "CK309")
                         if self.on(code):
                             work.finding(code, node.lineno - 1, f"{qual} has no portable equivalent", False)
-                    return
-            for child in ast.iter_child_nodes(node):
-                visit(child)
-        visit(tree)
+                    continue
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
     def _literal(self, work, node, value, parent):
         if work.is_guarded(work.start(node)):

@@ -28,6 +28,7 @@ RULES = (
          "fix the syntax error, then run colabkit migrate again for this cell"),
     Rule("CK002", "not-analysed", "cell skipped",
          "a code cell IPython would strip before running (prompts such as '>>>', indentation of the whole cell), "
+         "a cell too large to read (more than 10,000 lines or 2,000,000 characters: generated data, not code), "
          "or a multi-line shell escape whose words cannot be located",
          "the cell or line is left exactly as it is", False, "check this cell by hand"),
     Rule("CK101", "drive-mount", "mount Google Drive portably",

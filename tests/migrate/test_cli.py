@@ -295,3 +295,70 @@ def test_migrate_imports_neither_ipython_nor_nbformat(tmp_path):
             "print(rc, heavy)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip().splitlines()[-1] == "1 []", done.stdout + done.stderr
+
+
+# --- hostile input: what Python's own parsers give up on stays one notebook's (or one cell's) problem -------------
+
+def _code_cells(*sources) -> str:
+    cells = [{"cell_type": "code", "source": s, "metadata": {}, "outputs": [], "execution_count": None}
+             for s in sources]
+    return json.dumps({"nbformat": 4, "nbformat_minor": 0, "metadata": {}, "cells": cells})
+
+
+MOUNT = "from google.colab import drive\ndrive.mount('/content/drive')"
+
+
+@pytest.fixture
+def hostile(nbs):
+    """Notebooks that made `colabkit migrate` stop with a traceback, beside a good one."""
+    (nbs / "deep_list.ipynb").write_text('{"nbformat": 4, "metadata": {"x": ' + "[" * 100_000 + "]" * 100_000
+                                         + '}, "cells": []}')
+    (nbs / "deep_dict.ipynb").write_text('{"nbformat": 4, "cells": [], "metadata": ' + '{"a": ' * 100_000 + "1"
+                                         + "}" * 100_001)
+    (nbs / "minus.ipynb").write_text(_code_cells(MOUNT, "-" * 100_000 + "1"))   # MemoryError from Python's parser
+    (nbs / "parens.ipynb").write_text(_code_cells(MOUNT, "(" * 100_000))
+    (nbs / "chain.ipynb").write_text(_code_cells(MOUNT + "\ntotal = a" + " + a" * 2500))  # parses; 2500 levels deep
+    return nbs
+
+
+def test_hostile_notebooks_are_one_line_each_and_the_others_are_migrated(hostile, capsys):
+    nbs = hostile
+    names = ["deep_list", "deep_dict", "minus", "parens", "chain", "colab_drive_training"]
+    code, out, err = run_cli(*[nbs / f"{n}.ipynb" for n in names], capsys=capsys)
+    assert code == 2   # some notebook failed
+    assert "Traceback" not in out + err
+    errors = [line for line in err.splitlines() if line.strip()]
+    assert errors == [f"{nbs / 'deep_list.ipynb'}: error: not a notebook colabkit can read: its JSON is nested "
+                      f"deeper than Python's json module reads (a notebook nests a few levels)",
+                      f"{nbs / 'deep_dict.ipynb'}: error: not a notebook colabkit can read: its JSON is nested "
+                      f"deeper than Python's json module reads (a notebook nests a few levels)"]
+    assert (nbs / "colab_drive_training.local.ipynb").read_bytes() == expected("colab_drive_training")
+    for name, left_alone in (("minus", "-" * 100_000 + "1"), ("parens", "(" * 100_000)):
+        cells = json.loads((nbs / f"{name}.local.ipynb").read_text())["cells"]
+        assert "".join(cells[0]["source"]) == "import colabkit\ncolabkit.mount_drive()"   # the rest is migrated
+        assert "".join(cells[1]["source"]) == left_alone                                   # that cell, byte for byte
+    assert ("cell 2 line 1  CK001 cell left unchanged: Python's parser gives up on it: nested too deeply "
+            "(MemoryError)") in out
+    assert "cell 2 line 1  CK001 cell left unchanged: SyntaxError: too many nested parentheses" in out
+    assert "      | " + "(" * 200 + " ... (99800 more characters)\n" in out   # the report shows a line, not a page
+    chain = json.loads((nbs / "chain.local.ipynb").read_text())["cells"]
+    assert "".join(chain[0]["source"]) == "import colabkit\ncolabkit.mount_drive()\ntotal = a" + " + a" * 2500
+    assert "6 notebooks: 4 migrated, 0 already portable, 2 failed" in out
+
+
+def test_cells_too_large_to_read_are_left_alone_and_the_rest_is_migrated(tmp_path, capsys):
+    """IPython's input transformer holds every token of a cell (and reads the cell again per magic): a 50 MB cell
+    took 19 GB and more than 10 minutes. A cell past 10,000 lines or 2,000,000 characters is left as it is."""
+    long = "!pip install torch\n" + "x = '/content/a'\n" * 10_000
+    wide = "!ls /content\nblob = '" + "A" * 2_000_000 + "'"
+    path = tmp_path / "big.ipynb"
+    path.write_text(_code_cells(MOUNT, long, wide))
+    code, out, err = run_cli(path, capsys=capsys)
+    assert code == 0, err
+    cells = json.loads((tmp_path / "big.local.ipynb").read_text())["cells"]
+    assert "".join(cells[0]["source"]) == "import colabkit\ncolabkit.mount_drive()"
+    assert (cells[1]["source"], cells[2]["source"]) == (long, wide)
+    assert ("cell 2 line 1  CK002 cell left unchanged: it has 10001 lines, more than colabkit migrate reads in one "
+            "cell (10000)") in out
+    assert (f"cell 3 line 1  CK002 cell left unchanged: it has {len(wide)} characters, more than colabkit migrate "
+            f"reads in one cell (2000000)") in out
