@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 
 from ..jobs import JobError
@@ -111,11 +112,21 @@ def connect(address: str):
         ray.init(address=target, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as exc:
         raise JobError(f"--cluster {address}: could not connect to a Ray cluster ({str(exc).splitlines()[0]}). "
-                       f"Start one with `ray start --head` and pass its address (HOST:{GCS_PORT}).") from None
+                       f"Start one with `ray start --head` and pass its address (HOST:{GCS_PORT})."
+                       + _auth_hint()) from None
     except Exception as exc:  # noqa: BLE001 - a handshake that fails (version mismatch, ...): one line
         raise JobError(f"--cluster {address}: connecting to the Ray cluster failed: "
-                       f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+                       f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}."
+                       + _auth_hint()) from None
     return ray, True
+
+
+def _auth_hint() -> str:
+    """A cluster with Ray's token authentication refuses a driver that has no token: say how to give it one."""
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        return " The cluster may also have refused this machine's Ray token (RAY_AUTH_TOKEN or ~/.ray/auth_token)."
+    return (" If the cluster uses Ray's token authentication, set RAY_AUTH_MODE=token here and put the cluster's "
+            "token in ~/.ray/auth_token (or RAY_AUTH_TOKEN).")
 
 
 def alive_nodes(ray) -> list:
