@@ -613,8 +613,8 @@ class AutoResume(keras.callbacks.Callback):
                     untrusted.whole(entry["csv_bytes"], f"the state of callback {key}'s csv_bytes")
 
     def _apply(self, restored):
-        """Assign what _check planned for ``restored``: every saved array was checked against the live variables first, so
-        nothing is overwritten when the checkpoint does not fit."""
+        """Assign what _check planned for ``restored``: every saved array was checked against the live
+        variables first, so nothing is overwritten when the checkpoint does not fit."""
         plan, self._checked = self._checked, None   # restore() returns the checkpoint it checked last
         self._assign(plan)
         return plan

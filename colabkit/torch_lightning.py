@@ -155,7 +155,8 @@ class CheckpointIO(_LightningCheckpointIO):
         checkpoint = untrusted.mapping(_decode(state.get("checkpoint"), "Lightning's checkpoint"),
                                        "Lightning's checkpoint")
         if untrusted.whole(checkpoint.get("global_step"), "its global_step") != restored.step:
-            raise untrusted.invalid("its global_step", checkpoint["global_step"], f"the manifest's step {restored.step}")
+            raise untrusted.invalid("its global_step", checkpoint["global_step"],
+                                    f"the manifest's step {restored.step}")
         if untrusted.whole(checkpoint.get("epoch"), "its epoch") != epoch and restored.epoch is not None:
             raise untrusted.invalid("its epoch", checkpoint["epoch"], f"the manifest's epoch {epoch}")
         weights = untrusted.mapping(checkpoint.get("state_dict"), "its state_dict")

@@ -204,7 +204,8 @@ def _variables_of(objects) -> list:
     found, seen = [], set()
     for obj in objects:
         for variable in [obj] if isinstance(obj, tf.Variable) else list(getattr(obj, "variables", None) or []):
-            if id(variable) not in seen and callable(getattr(variable, "assign", None)):
+            if id(variable) not in seen and callable(getattr(variable, "assign", None)) and callable(
+                    getattr(variable, "numpy", None)):
                 seen.add(id(variable))
                 found.append(variable)
     return found
