@@ -37,11 +37,12 @@ if int(keras.__version__.split(".")[0]) < 3:
     raise ImportError(f"colabkit.keras.AutoResume needs Keras 3 (TensorFlow 2.16 or newer); this environment has "
                       f"Keras {keras.__version__}. Upgrade with: pip install -U \"colabkit[tf]\"")
 
+from .checkpoints import untrusted  # noqa: E402
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _nbytes  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
-from .keras_input import UNTRACKED, attach as attach_input  # noqa: E402
+from .keras_input import UNTRACKED, attach as attach_input, check_saved as check_input_position  # noqa: E402
 from .keras_state import (  # noqa: E402
     GROUPS,
     LAYOUT,
@@ -52,7 +53,6 @@ from .keras_state import (  # noqa: E402
     has_state_protocol,
     keras_global_seed_generator,
     own_copy,
-    python_rng_from_json,
     python_rng_to_json,
     weights_stay_arrays,
 )
@@ -201,6 +201,7 @@ class AutoResume(keras.callbacks.Callback):
         self._saved_in_run = False
         self._last_saved_step = None
         self._reapply = None          # the restore plan, applied again after the resumed epoch's on_epoch_begin
+        self._checked = None          # the plan of assignments of the checkpoint _check accepted
         self._input = UNTRACKED       # where a tf.data input stands (keras_input), attached at train begin
         self._mw = None               # the multi-worker Coordinator (colabkit.cluster.multiworker) or None
 
@@ -247,9 +248,8 @@ class AutoResume(keras.callbacks.Callback):
         return state
 
     def _set_rng_state(self, state: dict):
-        random.setstate(python_rng_from_json(state["python"]))
-        n = state["numpy"]
-        np.random.set_state(("MT19937", n["keys"], n["pos"], n["has_gauss"], n["cached_gaussian"]))
+        random.setstate(untrusted.python_rng(state["python"]))
+        np.random.set_state(untrusted.numpy_rng(state["numpy"]))
         tf = sys.modules.get("tensorflow")
         if tf is not None and "tf_global_generator" in state:
             tf.random.get_global_generator().state.assign(state["tf_global_generator"])
@@ -513,7 +513,7 @@ class AutoResume(keras.callbacks.Callback):
             raise
 
     def _restore_and_position(self):
-        restored = self.checkpoints.restore()
+        restored = self.checkpoints.restore(check=self._check)
         if self._mw is not None:
             restored = self._mw.agree_on_restore(restored, self.directory)
         if restored is not None and restored.state.get("callbacks"):
@@ -528,7 +528,7 @@ class AutoResume(keras.callbacks.Callback):
             return
         plan = self._apply(restored)
         self._step = restored.step
-        epoch, batch = restored.epoch or 0, restored.batch or 0
+        epoch, batch = untrusted.position(restored)
         self._last_saved_position = (epoch, batch)
         per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
         skip, note = self._input.resume(restored.state.get("input"), epoch, batch, per_call)
@@ -553,16 +553,69 @@ class AutoResume(keras.callbacks.Callback):
                   else f"{restored.source} copy of {self.directory}")
         self._say(f"resumed from step {restored.step} ({where}) [{origin}]")
 
-    def _apply(self, restored):
-        """Check every saved array against the live variables first, then assign: nothing is overwritten
-        when the checkpoint does not fit."""
-        state = restored.state
-        if state.get("layout") != LAYOUT:
+    def _check(self, restored):
+        """Everything a candidate checkpoint holds, checked against the live model before anything is assigned
+        (the store calls this in restore()): a value that cannot be valid raises InvalidCheckpoint (the store
+        warns and tries the previous checkpoint); a valid checkpoint of another model raises CheckpointError.
+        Optimizers and compiled metrics that build lazily are built here (as their first step would), so that
+        their variables can be matched; the plan of assignments is kept for _apply."""
+        untrusted.position(restored)
+        state = untrusted.mapping(restored.state, "the state")
+        layout = state.get("layout")
+        if layout is not None and layout != LAYOUT:
+            if isinstance(layout, int) and not isinstance(layout, bool):
+                raise CheckpointError(f"The checkpoint at step {restored.step} in {self.directory} has layout "
+                                      f"{layout}, which this colabkit does not know (it knows {LAYOUT}): upgrade "
+                                      f"colabkit, or use a new directory. Nothing was changed.")
+            raise untrusted.invalid("the state's layout", layout, f"{LAYOUT}")
+        for group in GROUPS:
+            saved = untrusted.sequence(state.get(group) or [], f"the {group} variables")
+            for i, value in enumerate(saved):
+                untrusted.numeric_array(value, f"{group} variable {i}")
+            if layout == LAYOUT or state.get(f"{group}_paths") is not None:
+                paths = untrusted.strings(state.get(f"{group}_paths") or [], f"the {group} variables' paths")
+                if len(paths) != len(saved):
+                    raise untrusted.invalid(f"the {group} variables' paths", f"{len(paths)} paths",
+                                            f"one for each of the {len(saved)} {group} variables")
+        for path, built_for in untrusted.mapping(state.get("optimizer_builds") or {}, "the optimizer builds").items():
+            untrusted.strings(built_for, f"the variables optimizer {path!r} was built for")
+        if state.get("rng"):
+            self._check_rng(state["rng"])
+        check_input_position(state.get("input"))
+        self._check_callback_states(state.get("callbacks"))
+        if layout != LAYOUT:
             plan = self._plan_positional(restored)   # written by an earlier colabkit
         else:
             self._build_compiled_metrics(restored)
             self._build_optimizers(restored, state.get("optimizer_builds") or {})
             plan = self._plan_by_path(restored)
+        self._checked = plan
+
+    def _check_rng(self, saved):
+        saved = untrusted.mapping(saved, "the RNG states")
+        untrusted.python_rng(saved.get("python"))
+        untrusted.numpy_rng(saved.get("numpy"))
+        live = self._rng_state()   # each saved state has the shape and dtype of this process's
+        for name in ("tf_global_generator", "keras_global_seed"):
+            if name in saved and name in live:
+                value, want = saved[name], np.asarray(live[name])
+                if not isinstance(value, np.ndarray) or value.shape != want.shape or value.dtype != want.dtype:
+                    raise untrusted.invalid(f"the RNG state {name}", value,
+                                            f"an array of shape {want.shape} and dtype {want.dtype}")
+
+    def _check_callback_states(self, saved):
+        saved = untrusted.mapping(saved or {}, "the callbacks' states")
+        for key, callback in self._other_callbacks():
+            if key in saved and not has_state_protocol(callback) and (
+                    builtin_state(callback) or isinstance(callback, keras.callbacks.CSVLogger)):
+                entry = untrusted.mapping(saved[key], f"the state of callback {key}")
+                if entry.get("csv_bytes") is not None:
+                    untrusted.whole(entry["csv_bytes"], f"the state of callback {key}'s csv_bytes")
+
+    def _apply(self, restored):
+        """Assign what _check planned for ``restored``: every saved array was checked against the live
+        variables first, so nothing is overwritten when the checkpoint does not fit."""
+        plan, self._checked = self._checked, None   # restore() returns the checkpoint it checked last
         self._assign(plan)
         return plan
 

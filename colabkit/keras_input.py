@@ -44,6 +44,29 @@ _SLOW_S = 2.0            # a seed-state capture this slow gets one warning
 _IGNORE = 1   # tf.data.experimental.ExternalStatePolicy.IGNORE
 
 
+def check_saved(saved) -> None:
+    """A checkpoint's input position, read from untrusted files: what ``state()`` writes, or None (an older
+    colabkit's, or no tf.data input). Raises InvalidCheckpoint naming what cannot be valid."""
+    from .checkpoints import untrusted
+    if saved is None:
+        return
+    saved = untrusted.mapping(saved, "the input position")
+    if saved.get("format") != _FORMAT:
+        return   # an older colabkit's: resume() says that it holds no position
+    if saved.get("why") is not None:
+        if not isinstance(saved["why"], str):
+            raise untrusted.invalid("the input position's reason", saved["why"], "a text")
+        return
+    for i, state in enumerate(untrusted.sequence(saved.get("seeds"), "the input position's seeds")):
+        untrusted.vector(state, f"the input position's seed {i}", dtype=np.uint8)
+    for i, value in enumerate(untrusted.sequence(saved.get("variables") or [], "the input position's variables")):
+        if not isinstance(value, np.ndarray):
+            raise untrusted.invalid(f"the input position's variable {i}", value, "an array")
+    untrusted.whole(saved.get("drawn"), "the input position's batches drawn")
+    if saved.get("note") is not None and not isinstance(saved["note"], str):
+        raise untrusted.invalid("the input position's note", saved["note"], "a text")
+
+
 class _Untracked:
     """An input keras.py positions by its own rules (arrays, PyDataset, Python generators)."""
 

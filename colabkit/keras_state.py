@@ -53,10 +53,6 @@ def python_rng_to_json(state):
     return {"version": version, "internal": list(internal), "gauss": gauss}
 
 
-def python_rng_from_json(data):
-    return (data["version"], tuple(int(x) for x in data["internal"]), data["gauss"])
-
-
 class StateLayout:
     """Every variable of a model's training state, each with a path that says where it sits, found the way
     Keras' own save_weights() finds what it saves: by walking the model's attributes (optimizers and metrics

@@ -29,10 +29,14 @@ from .optional import require
 
 torch = require("torch", "torch", "colabkit.torch.AutoResume")
 
+from .checkpoints import untrusted  # noqa: E402
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .torch_state import (  # noqa: E402
+    check_generators,
+    check_optimizer_state,
+    check_rng,
     check_schedule,
     Stopped,
     _copy_into,
@@ -122,6 +126,7 @@ class AutoResume:
         self.restored = None           # what was restored (colabkit.Restored), or None
         self.stopped_for = None        # why training was stopped (a deadline, a signal), or None
         self._pending = None           # the restored checkpoint's RNG and loader states, applied at its position
+        self._checked = None           # what _check decoded from the checkpoint restore() is about to return
         self._epoch_start = None       # RNG states at the start of the current epoch's loader
         self._generators = []          # the torch.Generators of the loader batches() iterated last
         self._stateful = None          # that loader, when it keeps its own position (torchdata's StatefulDataLoader)
@@ -151,7 +156,7 @@ class AutoResume:
 
     # -- restore ---------------------------------------------------------------------------------------------
     def _restore(self):
-        restored = self.checkpoints.restore()
+        restored = self.checkpoints.restore(check=self._check)
         if self._dist is not None:   # every rank restores the same checkpoint before any rank saves again
             low, high = self._all_reduce([-(restored.step if restored else -1), restored.step if restored else -1])
             if -low != high:
@@ -160,29 +165,8 @@ class AutoResume:
                                       f"folder, readable from each. Nothing was restored.")
         if restored is None:
             return
-        state = restored.state
-        if state.get("format") != FORMAT:
-            raise CheckpointError(f"{self.directory} holds a checkpoint that colabkit.torch did not write "
-                                  f"(format {state.get('format')!r}); use another folder. Nothing was restored.")
-        saved = state.get("objects") or {}
-        missing = [n for n in self.objects if n not in saved]
-        extra = [n for n in saved if n not in self.objects]
-        if missing or extra:
-            raise CheckpointError(
-                f"The checkpoint in {self.directory} (step {restored.step}) holds {sorted(saved)}, and AutoResume "
-                f"was given {sorted(self.objects)}"
-                + (f"; missing from the checkpoint: {missing}" if missing else "")
-                + (f"; not passed now: {extra}" if extra else "")
-                + ". Pass the same names as the run that saved it, or use another folder. Nothing was restored.")
-        decoded = {name: _decode(saved[name]) for name in self.objects}
-        classes = state.get("classes") or {}
-        for name, obj in self.objects.items():   # everything is checked before anything is loaded
-            target = _target(obj)
-            if isinstance(target, _CLASS_CHECKED) and classes.get(name, type(target).__name__) != type(target).__name__:
-                raise CheckpointError(f"{name}: the checkpoint in {self.directory} was saved from "
-                                      f"{classes[name]}, and {name} is {type(target).__name__} now. Pass the same "
-                                      f"kind of object under each name, or use another folder. Nothing was restored.")
-            _check_fits(name, target, decoded[name], self.directory)
+        decoded, user, ranks = self._checked
+        self._checked = None
         # a load_state_dict can still fail after others have loaded: their states before, to load back then
         before = {name: copy.deepcopy(_target(obj).state_dict()) for name, obj in self.objects.items()}
         loaded = []
@@ -199,10 +183,11 @@ class AutoResume:
                 raise CheckpointError(f"{name}: loading its state from {self.directory} (step {restored.step}) "
                                       f"failed: {exc}. Every object was put back as it was; nothing was "
                                       f"restored.") from exc
-        self.state = dict(_decode(state.get("user") or {}))
-        self.step, self.epoch, self.batch = restored.step, restored.epoch or 0, restored.batch or 0
+        state = restored.state
+        self.state = dict(user)
+        self.step = restored.step
+        self.epoch, self.batch = untrusted.position(restored)
         own = {"rng": state["rng"], "epoch_start": state.get("epoch_start"), "loader": state.get("loader")}
-        ranks = state.get("ranks") or []
         if self._dist is not None:
             if len(ranks) == self._dist.get_world_size():
                 own = ranks[self._rank]
@@ -215,6 +200,52 @@ class AutoResume:
         self.restored = restored
         self._event("restore", f"step {self.step} (epoch {self.epoch}, batch {self.batch})")
         self._say(f"resumed from step {self.step} (epoch {self.epoch}, batch {self.batch}) in {self.directory}")
+
+    def _check(self, restored):
+        """Everything a candidate checkpoint holds, checked before anything live changes (the store calls this
+        in restore()): a value that cannot be valid raises InvalidCheckpoint (the store warns and tries the
+        previous checkpoint); a valid checkpoint that does not fit these objects raises CheckpointError."""
+        untrusted.position(restored)
+        state = untrusted.mapping(restored.state, "the state")
+        if state.get("format") != FORMAT:
+            raise CheckpointError(f"{self.directory} holds a checkpoint that colabkit.torch did not write "
+                                  f"(format {state.get('format')!r}); use another folder. Nothing was restored.")
+        saved = untrusted.mapping(state.get("objects") or {}, "the state's objects")
+        missing = [n for n in self.objects if n not in saved]
+        extra = [n for n in saved if n not in self.objects]
+        if missing or extra:
+            raise CheckpointError(
+                f"The checkpoint in {self.directory} (step {restored.step}) holds {sorted(saved)}, and AutoResume "
+                f"was given {sorted(self.objects)}"
+                + (f"; missing from the checkpoint: {missing}" if missing else "")
+                + (f"; not passed now: {extra}" if extra else "")
+                + ". Pass the same names as the run that saved it, or use another folder. Nothing was restored.")
+        decoded = {name: _decode(saved[name], name) for name in self.objects}
+        user = untrusted.mapping(_decode(state.get("user") or {}, "ar.state"), "ar.state")
+        ranks = untrusted.sequence(state.get("ranks") or [], "the ranks' states")
+        for i, own in enumerate([state, *ranks]):
+            where = "the checkpoint" if i == 0 else f"rank {i - 1}'s states"
+            own = untrusted.mapping(own, where)
+            check_rng(own.get("rng"), f"{where}' RNG states")
+            if own.get("epoch_start") is not None:
+                start = untrusted.mapping(own["epoch_start"], f"{where}' epoch start")
+                untrusted.vector(start.get("torch"), f"{where}' epoch start torch state", dtype=np.uint8,
+                                 length=torch.get_rng_state().numel())
+                check_generators(start.get("generators"), f"{where}' epoch start generators")
+            if own.get("loader") is not None:
+                untrusted.mapping(_decode(own["loader"], f"{where}' loader state"), f"{where}' loader state")
+        classes = untrusted.mapping(state.get("classes") or {}, "the state's classes")
+        for name, obj in self.objects.items():   # everything is checked before anything is loaded
+            target = _target(obj)
+            untrusted.mapping(decoded[name], f"{name}'s state")   # state_dict() is a dict, whatever else it holds
+            if isinstance(target, torch.optim.Optimizer):
+                check_optimizer_state(decoded[name], name)
+            if isinstance(target, _CLASS_CHECKED) and classes.get(name, type(target).__name__) != type(target).__name__:
+                raise CheckpointError(f"{name}: the checkpoint in {self.directory} was saved from "
+                                      f"{classes[name]}, and {name} is {type(target).__name__} now. Pass the same "
+                                      f"kind of object under each name, or use another folder. Nothing was restored.")
+            _check_fits(name, target, decoded[name], self.directory)
+        self._checked = (decoded, user, ranks)
 
     # -- the loops -------------------------------------------------------------------------------------------
     def epochs(self, n: int):

@@ -35,10 +35,14 @@ from lightning.pytorch.plugins.io import CheckpointIO as _LightningCheckpointIO 
 from lightning.pytorch.plugins.io import TorchCheckpointIO  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
+from .checkpoints import untrusted  # noqa: E402
 from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from .deadline import watch_for  # noqa: E402
 from .torch_state import (  # noqa: E402
+    check_generators,
+    check_optimizer_state,
+    check_rng,
     check_schedule,
     Stopped,
     _copy_into,
@@ -59,6 +63,7 @@ log = logging.getLogger("colabkit")
 
 FORMAT = "colabkit.lightning/1"
 POINTER = "colabkit.lightning.pointer/1"   # the local file ckpt_path="last" resolves to: a pointer, no state
+STATE_KEY = "colabkit.AutoResume"          # the callback's entry in a checkpoint's "callbacks"
 FINAL_WAIT_FLOOR_S = 60.0
 
 
@@ -86,6 +91,8 @@ class CheckpointIO(_LightningCheckpointIO):
         self._wait = False          # set by the callback around final saves: wait this long for the commit
         self._committed = True
         self._state_nbytes = 0
+        self.module = None          # the LightningModule being resumed (set by the callback), checked against
+        self._checked = None        # Lightning's checkpoint dict that _check decoded, for load_checkpoint
         self.write_pointer()
 
     # -- Lightning's interface -----------------------------------------------------------------------------
@@ -126,17 +133,73 @@ class CheckpointIO(_LightningCheckpointIO):
         if not _is_pointer(path):
             # a checkpoint file of Lightning's own: read without unpickling arbitrary objects
             return TorchCheckpointIO().load_checkpoint(path, map_location=map_location, weights_only=True)
-        restored = self.checkpoints.restore()
+        restored = self.checkpoints.restore(check=self._check)
         if restored is None:
-            raise CheckpointError(f"{self.directory} holds no committed checkpoint to resume from (the pointer "
-                                  f"{path} is stale); start without ckpt_path, or pass the folder that holds one.")
-        state = restored.state
+            raise CheckpointError(f"{self.directory} holds no valid committed checkpoint to resume from (the "
+                                  f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
+                                  f"holds one.")
+        checkpoint, self._checked = self._checked, None
+        self._say(f"resuming Lightning from step {restored.step} (epoch {restored.epoch}, batch "
+                  f"{restored.batch}) in {self.directory}")
+        return checkpoint
+
+    def _check(self, restored):
+        """Everything a candidate checkpoint holds, checked before Lightning loads any of it (the store calls
+        this in restore()): a value that cannot be valid raises InvalidCheckpoint (the store warns and tries
+        the previous checkpoint); a valid checkpoint of another model raises CheckpointError."""
+        epoch, _ = untrusted.position(restored)
+        state = untrusted.mapping(restored.state, "the state")
         if state.get("format") != FORMAT:
             raise CheckpointError(f"{self.directory} holds a checkpoint that colabkit.torch_lightning did not write "
                                   f"(format {state.get('format')!r}); use another folder for Lightning runs.")
-        self._say(f"resuming Lightning from step {restored.step} (epoch {restored.epoch}, batch "
-                  f"{restored.batch}) in {self.directory}")
-        return _decode(state["checkpoint"])
+        checkpoint = untrusted.mapping(_decode(state.get("checkpoint"), "Lightning's checkpoint"),
+                                       "Lightning's checkpoint")
+        if untrusted.whole(checkpoint.get("global_step"), "its global_step") != restored.step:
+            raise untrusted.invalid("its global_step", checkpoint["global_step"],
+                                    f"the manifest's step {restored.step}")
+        if untrusted.whole(checkpoint.get("epoch"), "its epoch") != epoch and restored.epoch is not None:
+            raise untrusted.invalid("its epoch", checkpoint["epoch"], f"the manifest's epoch {epoch}")
+        weights = untrusted.mapping(checkpoint.get("state_dict"), "its state_dict")
+        for i, saved in enumerate(untrusted.sequence(checkpoint.get("optimizer_states") or [], "its optimizer_states")):
+            check_optimizer_state(saved, f"its optimizer_states[{i}]")
+        for i, saved in enumerate(untrusted.sequence(checkpoint.get("lr_schedulers") or [], "its lr_schedulers")):
+            untrusted.mapping(saved, f"its lr_schedulers[{i}]")
+        untrusted.mapping(checkpoint.get("loops") or {}, "its loops")
+        callbacks = untrusted.mapping(checkpoint.get("callbacks") or {}, "its callbacks")
+        mine = callbacks.get(STATE_KEY)
+        if mine is not None:
+            mine = untrusted.mapping(mine, "AutoResume's state")
+            check_rng(mine.get("rng"), "AutoResume's RNG states")
+            if mine.get("epoch_generators") is not None:
+                saved = untrusted.sequence(mine["epoch_generators"], "AutoResume's epoch generators")
+                if len(saved) != 2:
+                    raise untrusted.invalid("AutoResume's epoch generators", saved, "[epoch, generator states]")
+                untrusted.whole(saved[0], "AutoResume's epoch generators' epoch")
+                check_generators(saved[1], "AutoResume's epoch generators")
+            if not isinstance(mine.get("epoch_end", False), bool):
+                raise untrusted.invalid("AutoResume's epoch_end", mine["epoch_end"], "True or False")
+        if self.module is not None:
+            self._check_fits(restored, weights)
+        self._checked = checkpoint
+
+    def _check_fits(self, restored, weights):
+        """The weights against the module being resumed: the same keys (unless it loads non-strictly) and shapes."""
+        current = self.module.state_dict()
+        where = f"The checkpoint at step {restored.step} in {self.directory} does not fit this model"
+        if getattr(self.module, "strict_loading", True):
+            missing = [k for k in current if k not in weights]
+            unexpected = [k for k in weights if k not in current]
+            if missing or unexpected:
+                raise CheckpointError(f"{where}: " + (f"missing {missing[:5]}" if missing else "")
+                                      + ("; " if missing and unexpected else "")
+                                      + (f"unexpected {unexpected[:5]}" if unexpected else "")
+                                      + ". Resume with the same model, or use another folder. Nothing was restored.")
+        for key, value in current.items():
+            saved = weights.get(key)
+            if isinstance(value, torch.Tensor) and isinstance(saved, torch.Tensor) and saved.shape != value.shape:
+                raise CheckpointError(f"{where}: {key} has shape {tuple(saved.shape)} in the checkpoint and "
+                                      f"{tuple(value.shape)} now. Resume with the same model, or use another "
+                                      f"folder. Nothing was restored.")
 
     def remove_checkpoint(self, path):
         log.debug("colabkit: Lightning asked to remove %s; the store's retention (keep) decides instead", path)
@@ -233,7 +296,7 @@ class AutoResume(OnExceptionCheckpoint):
 
     @property
     def state_key(self) -> str:
-        return "colabkit.AutoResume"
+        return STATE_KEY
 
     # -- Lightning hooks -----------------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage):
@@ -259,6 +322,7 @@ class AutoResume(OnExceptionCheckpoint):
                              f"(ar.checkpoint_io). Remove the other plugin from Trainer(plugins=...).")
         trainer.strategy.checkpoint_io = self.checkpoint_io
         self.checkpoint_io.frozen = None
+        self.checkpoint_io.module = pl_module   # what a resume's checkpoint is checked against before loading
 
     def on_train_start(self, trainer, pl_module):
         self.stopped_for, self._interrupt = None, None
@@ -343,6 +407,7 @@ class AutoResume(OnExceptionCheckpoint):
 
     def teardown(self, trainer, pl_module, stage):
         self._restore_signal_handlers()   # never removes anything: the store keeps what it committed
+        self.checkpoint_io.module = None
 
     def state_dict(self):
         epoch_generators = None if self._epoch_generators is None else list(self._epoch_generators)

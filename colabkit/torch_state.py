@@ -14,7 +14,9 @@ from .optional import require
 
 torch = require("torch", "torch", "colabkit.torch")
 
+from .checkpoints import untrusted  # noqa: E402
 from .checkpoints.api import CheckpointError  # noqa: E402
+from .checkpoints.folder import InvalidCheckpoint  # noqa: E402
 from .units import DURATION_FORMS, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
@@ -24,6 +26,12 @@ _TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: te
 _RAW_VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "float8_e4m3fnuz": "uint8",
              "float8_e5m2fnuz": "uint8", "float8_e8m0fnu": "uint8", "float4_e2m1fn_x2": "uint8",
              "complex32": "int32"}
+# the dtypes a checkpoint may name (an allow-list: a name read from a checkpoint never reaches getattr(torch, ...))
+_DTYPES = {name: getattr(torch, name) for name in (
+    "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32", "int64", "int32", "int16",
+    "int8", "uint64", "uint32", "uint16", "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2") if isinstance(getattr(torch, name, None), torch.dtype)}
+_KEY_TYPES = (str, int, float, bool, type(None))
 
 
 class Stopped(Exception):
@@ -133,27 +141,77 @@ def _encode_small(value):
     return _fill(tree, arrays)
 
 
-def _decode(value):
+def _decode(value, where: str = "the state"):
+    """The tree written by _encode, back: tensors, tuples, dicts with other keys, dtypes, devices. The tree
+    is untrusted: a tag it does not know, a dtype outside _DTYPES or data that disagree with their dtype
+    raise InvalidCheckpoint naming where."""
     if isinstance(value, dict):
         kind = value.get(_TAG)
+        if kind is None:
+            return {k: _decode(v, f"{where}[{k!r}]") for k, v in value.items()}
         if kind == "tensor":
-            data = np.array(value["data"])   # owned and writable (the restored array views the file's bytes)
-            tensor = torch.from_numpy(data)
-            if value["dtype"] in _RAW_VIEW:
-                tensor = tensor.view(getattr(torch, value["dtype"]))
-            return tensor
-        if kind == "dict":
-            return {k: _decode(v) for k, v in value["items"]}
-        if kind == "tuple":
-            return tuple(_decode(v) for v in value["items"])
+            return _decode_tensor(value, where)
+        if kind in ("dict", "tuple"):
+            items = untrusted.sequence(value.get("items"), f"{where}'s items")
+            if kind == "tuple":
+                return tuple(_decode(v, f"{where}[{i}]") for i, v in enumerate(items))
+            pairs = {}
+            for i, item in enumerate(items):
+                if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], _KEY_TYPES):
+                    raise untrusted.invalid(f"{where}'s item {i}", item, "a [key, value] pair")
+                pairs[item[0]] = _decode(item[1], f"{where}[{item[0]!r}]")
+            return pairs
         if kind == "dtype":
-            return getattr(torch, value["name"].removeprefix("torch."))
+            return _dtype(value.get("name"), where)
         if kind == "device":
-            return torch.device(value["name"])
-        return {k: _decode(v) for k, v in value.items()}
+            name = value.get("name")
+            try:
+                return torch.device(name)
+            except (RuntimeError, TypeError, ValueError):
+                raise untrusted.invalid(where, name, "a torch device") from None
+        raise InvalidCheckpoint(f"{where} is tagged {kind!r}, which colabkit does not write")
     if isinstance(value, list):
-        return [_decode(v) for v in value]
+        return [_decode(v, f"{where}[{i}]") for i, v in enumerate(value)]
     return value
+
+
+def _dtype(name, where):
+    name = name.removeprefix("torch.") if isinstance(name, str) else name
+    if name not in _DTYPES:
+        raise untrusted.invalid(f"{where}'s dtype", name, "a torch dtype")
+    return _DTYPES[name]
+
+
+def _decode_tensor(value, where):
+    dtype = _dtype(value.get("dtype"), where)
+    name = str(dtype).removeprefix("torch.")
+    data = untrusted.numeric_array(value.get("data"), f"{where}'s data")
+    stored = np.dtype(_RAW_VIEW.get(name, name))
+    if data.dtype != stored:
+        raise InvalidCheckpoint(f"{where} is a tensor of {name} whose data are {data.dtype}, not {stored}")
+    tensor = torch.from_numpy(np.array(data))   # owned and writable (the restored array views the file's bytes)
+    return tensor.view(dtype) if name in _RAW_VIEW else tensor
+
+
+def check_optimizer_state(saved, where: str) -> None:
+    """A torch.optim optimizer's state_dict() as it writes one: parameter groups that number the parameters
+    0, 1, 2, ... in order, state for those numbers only, and numeric hyperparameters that are numbers."""
+    saved = untrusted.mapping(saved, where)
+    groups = untrusted.sequence(saved.get("param_groups"), f"{where}['param_groups']")
+    ids = []
+    for g, group in enumerate(groups):
+        group = untrusted.mapping(group, f"{where}['param_groups'][{g}]")
+        ids += untrusted.sequence(group.get("params"), f"{where}['param_groups'][{g}]['params']")
+        for key in ("lr", "weight_decay", "eps", "momentum", "dampening", "initial_lr", "lr_decay", "alpha"):
+            value = group.get(key)
+            if value is not None and not (isinstance(value, torch.Tensor) and value.numel() == 1):
+                untrusted.real(value, f"{where}['param_groups'][{g}][{key!r}]", low=0)
+    if ids != list(range(len(ids))):
+        raise untrusted.invalid(f"{where}'s parameter ids", ids, f"0 to {len(ids) - 1} in order")
+    for key, entry in untrusted.mapping(saved.get("state"), f"{where}['state']").items():
+        if key not in ids:
+            raise InvalidCheckpoint(f"{where} holds state for parameter {key!r}, which no group lists")
+        untrusted.mapping(entry, f"{where}['state'][{key!r}]")
 
 
 # -- RNG states ----------------------------------------------------------------------------------------------
@@ -170,12 +228,29 @@ def _rng_state() -> dict:
     return state
 
 
+def check_rng(state, where: str = "the RNG states") -> None:
+    """The states _rng_state() saves (and a loader's generators'), each of the length this torch uses."""
+    state = untrusted.mapping(state, where)
+    untrusted.python_rng(state.get("python"), f"{where}' Python state")
+    untrusted.numpy_rng(state.get("numpy"), f"{where}' NumPy state")
+    untrusted.vector(state.get("torch"), f"{where}' torch state", dtype=np.uint8, length=_torch_rng_size())
+    for i, cuda in enumerate(untrusted.sequence(state.get("cuda") or [], f"{where}' CUDA states")):
+        untrusted.vector(cuda, f"{where}' CUDA state {i}", dtype=np.uint8)
+    check_generators(state.get("generators"), f"{where}' loader generators")
+
+
+def check_generators(saved, where: str) -> None:
+    for i, g in enumerate(untrusted.sequence(saved or [], where)):
+        untrusted.vector(g, f"{where}[{i}]", dtype=np.uint8, length=_torch_rng_size())
+
+
+def _torch_rng_size() -> int:
+    return torch.get_rng_state().numel()   # a torch.Generator's state on the CPU: the same size
+
+
 def _set_rng(state: dict):
-    p = state["python"]
-    random.setstate((p["version"], tuple(int(x) for x in p["internal"]), p["gauss"]))
-    n = state["numpy"]
-    np.random.set_state(("MT19937", np.asarray(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
+    random.setstate(untrusted.python_rng(state["python"]))
+    np.random.set_state(untrusted.numpy_rng(state["numpy"]))
     torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
     if state.get("cuda") and torch.cuda.is_available():
         for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import npz as _npz
+from .folder import InvalidCheckpoint
 from .storage import write_bytes
 
 ARRAYS = "arrays.npz"
@@ -123,30 +124,46 @@ def read(ckpt_dir: Path, into: dict | None = None) -> dict:
 
 def from_contents(contents: dict, ckpt_dir: Path, into: dict | None = None) -> dict:
     """The state of a checkpoint whose files ``contents`` ({name: bytes-like}) were read already (and checked
-    against the manifest): arrays are views into those bytes. ``ckpt_dir`` is read only for trackables."""
-    tree = json.loads(bytes(contents[STATE]).decode("utf-8"))["tree"]
+    against the manifest): arrays are views into those bytes. ``ckpt_dir`` is read only for trackables.
+    A state.json that is not what colabkit writes raises InvalidCheckpoint (the files may match a re-signed
+    manifest: that proves integrity, not authorship)."""
+    doc = json.loads(bytes(contents[STATE]).decode("utf-8"))
+    if not isinstance(doc, dict) or not isinstance(doc.get("tree"), dict):
+        raise InvalidCheckpoint(f"{STATE} holds no state tree")
     arrays = _npz.load(contents[ARRAYS]) if ARRAYS in contents else {}
     trackable_paths = {}
 
-    def visit(value):
+    def visit(value, where):
         if isinstance(value, dict):
             if _ARRAY_TAG in value:
-                return arrays[value[_ARRAY_TAG]]
+                key = value[_ARRAY_TAG]
+                if not isinstance(key, str) or key not in arrays:
+                    raise InvalidCheckpoint(f"{where or 'the state'} names the array {key!r}, which {ARRAYS} "
+                                            f"does not hold")
+                return arrays[key]
             if _TRACKABLE_TAG in value:
-                trackable_paths[value[_TRACKABLE_TAG]] = value["path"]
+                key, path = value[_TRACKABLE_TAG], value.get("path")
+                if not isinstance(key, str) or not isinstance(path, str):
+                    raise InvalidCheckpoint(f"{where or 'the state'} is a TensorFlow object entry without a "
+                                            f"name and path")
+                trackable_paths[key] = path
                 return None
-            return {k: visit(v) for k, v in value.items()}
+            return {k: visit(v, f"{where}/{k}" if where else k) for k, v in value.items()}
         if isinstance(value, list):
-            return [visit(v) for v in value]
+            return [visit(v, f"{where}[{i}]") for i, v in enumerate(value)]
         return value
 
-    state = visit(tree)
+    state = visit(doc["tree"], "")
     if trackable_paths and into:
         _restore_trackables(ckpt_dir, trackable_paths, into, state)
     return state
 
 
 def _restore_trackables(ckpt_dir: Path, paths: dict, into: dict, state: dict) -> None:
+    """Restore the objects of ``into`` in place from the checkpoint's TensorFlow files. Every tensor there is
+    read (and checked against its stored checksum) first: files that cannot be read raise InvalidCheckpoint
+    with nothing changed. A checkpoint that does not fit the objects raises StateError after every variable
+    TensorFlow had assigned already is put back (it restores them one after another)."""
     import tensorflow as tf
     objects = {}
     for key, path in paths.items():
@@ -156,10 +173,44 @@ def _restore_trackables(ckpt_dir: Path, paths: dict, into: dict, state: dict) ->
             objects[key] = into[path]
     if not objects:
         return
+    prefix = str(ckpt_dir / TF_PREFIX)
     try:
-        tf.train.Checkpoint(**objects).read(str(ckpt_dir / TF_PREFIX)).assert_existing_objects_matched()
-    except (ValueError, AssertionError) as exc:
-        raise StateError(f"The checkpoint in {ckpt_dir} does not fit the objects given to restore: {exc}") from None
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError, ValueError, RuntimeError) as exc:
+        # a garbage index: OpError; data cut short: IndexError ("Read less bytes than requested")
+        raise InvalidCheckpoint(f"its TensorFlow files cannot be read ({_first_line(exc)})") from None
+    before = [(variable, variable.numpy().copy()) for variable in _variables_of(objects.values())]
+    try:
+        tf.train.Checkpoint(**objects).read(prefix).assert_existing_objects_matched()
+    except BaseException as exc:
+        for variable, value in before:
+            variable.assign(value)
+        if isinstance(exc, (ValueError, AssertionError)):
+            raise StateError(f"The checkpoint in {ckpt_dir} does not fit the objects given to restore: "
+                             f"{_first_line(exc)}. Nothing was changed.") from None
+        if isinstance(exc, (tf.errors.OpError, IndexError)):
+            raise InvalidCheckpoint(f"its TensorFlow files cannot be read ({_first_line(exc)})") from None
+        raise
     for key, path in paths.items():
         if key in objects:
             state[path] = into[path]
+
+
+def _variables_of(objects) -> list:
+    """The variables of the objects given to restore (tf.Variables, tf.Modules, Keras models), each once."""
+    import tensorflow as tf
+    found, seen = [], set()
+    for obj in objects:
+        for variable in [obj] if isinstance(obj, tf.Variable) else list(getattr(obj, "variables", None) or []):
+            if id(variable) not in seen and callable(getattr(variable, "assign", None)) and callable(
+                    getattr(variable, "numpy", None)):
+                seen.add(id(variable))
+                found.append(variable)
+    return found
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
