@@ -43,7 +43,7 @@ def _cmd_gpus(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from .jobs import main_from_args
+    from .jobs.cli import main_from_args
     return main_from_args(args)
 
 
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="parallel copies (default: automatic)")
     p.set_defaults(func=_cmd_stage)
 
-    from .jobs import add_arguments as add_run_arguments
+    from .jobs.cli import add_arguments as add_run_arguments
     p = sub.add_parser("run", help="run notebooks and scripts side by side, one per GPU, from a queue",
                        usage="colabkit run [options] JOB [JOB ...] [-- ARGS ...]",
                        description="Queue jobs over the chosen GPUs: each job gets its own CUDA_VISIBLE_DEVICES, "

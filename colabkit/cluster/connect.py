@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 
-from ..jobs import JobError
+from ..jobs.spec import JobError
 
 GCS_PORT, CLIENT_PORT = 6379, 10001
 PROBE_TIMEOUT_S = 5.0

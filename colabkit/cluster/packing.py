@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ..jobs import JobError
+from ..jobs.spec import JobError
 from ..units import format_size
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024

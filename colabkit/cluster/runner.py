@@ -18,8 +18,10 @@ import threading
 import time
 from pathlib import Path
 
-from .. import jobs as _jobs
-from ..jobs import JobError, JobState, RunReport, Slot, _rel
+from ..jobs.process import describe_exit
+from ..jobs.queue import DEFAULT_GRACE, Runner, default_run_dir
+from ..jobs.slots import Slot
+from ..jobs.spec import JobError, JobState, RunReport, display_path
 from . import connect as _connect
 
 POLL_S = 0.5
@@ -42,7 +44,7 @@ class _Attempt:
 
 
 def run_on_cluster(jobs: list, address: str, *, gpus="auto", per_gpu: int = 1, gpus_per_job: int = 1,
-                   retries: int = 0, run_dir=None, grace: float = _jobs.DEFAULT_GRACE, min_free=None, max_util=None,
+                   retries: int = 0, run_dir=None, grace: float = DEFAULT_GRACE, min_free=None, max_util=None,
                    kernel: str | None = None, out=None, progress=None, shared: bool = False) -> RunReport:
     """Run prepared jobs on the Ray cluster at ``address`` (see colabkit.jobs.run_jobs)."""
     for flag, value in (("--per-gpu", per_gpu), ("--gpus-per-job", gpus_per_job)):
@@ -58,7 +60,7 @@ def run_on_cluster(jobs: list, address: str, *, gpus="auto", per_gpu: int = 1, g
                                                                      per_gpu=per_gpu)
         from .. import config
         memory_growth = config.load().memory_growth
-        run_dir = Path(run_dir) if run_dir is not None else _jobs.default_run_dir()
+        run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
         folders = {} if shared else _pack_folders(ray, jobs, run_dir, out if out is not None else sys.stdout)
         run_dir.mkdir(parents=True, exist_ok=True)   # (a folder too large: nothing started yet)
         states = [JobState(job=j, log=run_dir / f"{j.name}.log",
@@ -99,7 +101,9 @@ def _pack_folders(ray, jobs: list, run_dir: Path, out) -> dict:
     return refs
 
 
-class ClusterRunner(_jobs._Runner):
+class ClusterRunner(Runner):
+    """colabkit.jobs.queue.Runner with each attempt of a job a Ray actor (it overrides the extension points)."""
+
     def __init__(self, ray, states, slots, run_dir, *, shared, num_gpus, num_cpus, memory_growth, folders,
                  **kwargs):
         super().__init__(states, slots, run_dir, **kwargs)
@@ -119,7 +123,7 @@ class ClusterRunner(_jobs._Runner):
                 "dead_machines": sorted(self.dead_machines.get(job.name, ()))}
 
     # processes --------------------------------------------------------------------------------------
-    def _launch(self, state: JobState, slot: Slot) -> None:
+    def launch(self, state: JobState, slot: Slot) -> None:
         state.attempts += 1
         state.status, state.started, state.ended = "running", time.time(), None
         state.device = "waiting for a machine"
@@ -136,7 +140,7 @@ class ClusterRunner(_jobs._Runner):
             message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             with open(state.log, "a", encoding="utf-8") as log:
                 log.write(f"=== could not submit to the cluster: {message}\n")
-            self.say(f"[{self._stamp()}] could not start {state.job.name}: {message}")
+            self.say(f"[{self.stamp()}] could not start {state.job.name}: {message}")
             self.events.put(("exit", state, None, 127))
             return
         attempt = _Attempt(actor)
@@ -144,7 +148,7 @@ class ClusterRunner(_jobs._Runner):
         folder = None if self.shared else self.folders[state.job.path.parent]
         threading.Thread(target=self._watch, args=(state, attempt, self._spec(state), folder, tries),
                          daemon=True).start()
-        self.say(f"[{self._stamp()}] submit  {state.job.name} ({tries}) -> {_rel(state.log)}")
+        self.say(f"[{self.stamp()}] submit  {state.job.name} ({tries}) -> {display_path(state.log)}")
 
     def _watch(self, state: JobState, attempt: _Attempt, spec: dict, folder, tries: str) -> None:
         """Thread: start the job on its actor, copy its log as it grows, report its end (or its machine's)."""
@@ -227,7 +231,7 @@ class ClusterRunner(_jobs._Runner):
             if data is not None:
                 unpack_folder(data, target)
             from ..units import format_size
-            message = f"{count} file(s) it wrote ({format_size(nbytes)}) copied to {_rel(target)}"
+            message = f"{count} file(s) it wrote ({format_size(nbytes)}) copied to {display_path(target)}"
             if left_out:
                 message += (f"; {len(left_out)} left out as too large and removed with the job's copy "
                             f"({', '.join(left_out[:5])}{', ...' if len(left_out) > 5 else ''}): write large "
@@ -244,30 +248,30 @@ class ClusterRunner(_jobs._Runner):
             time.sleep(0.5)
         return None
 
-    def _on_exit(self, state: JobState, proc, returncode: int) -> None:
+    def on_exit(self, state: JobState, proc, returncode: int) -> None:
         unstarted = (isinstance(proc, _Attempt) and proc is state.process and returncode == NODE_LOST
                      and not proc.started and self.stop_signal is None
                      and self.resubmitted.get(state.job.name, 0) < MAX_RESUBMITS)
         if unstarted:  # lost before the job ran (its machine died as it was placed): not one of --retries
             self.resubmitted[state.job.name] = self.resubmitted.get(state.job.name, 0) + 1
             state.attempts -= 1
-        super()._on_exit(state, proc, returncode)
+        super().on_exit(state, proc, returncode)
         if unstarted and state.history:
             state.history[-1].update(attempt=state.attempts + 1, started=False)
 
-    def _on_event(self, event: tuple) -> None:
+    def on_event(self, event: tuple) -> None:
         if event[0] != "started":
             return
         _, state, attempt, info, tries = event
         if state.process is not attempt:
             return
         state.device = _connect.node_label(info)
-        self.say(f"[{self._stamp()}] start   {state.job.name} on {state.device} ({tries})")
+        self.say(f"[{self.stamp()}] start   {state.job.name} on {state.device} ({tries})")
         if self.stop_signal is not None:  # started after Ctrl-C: it gets the same signal as the others
-            self._signal_job(state, signal.SIGKILL if self.killed else signal.SIGTERM)
-        self._refresh()
+            self.signal_job(state, signal.SIGKILL if self.killed else signal.SIGTERM)
+        self.refresh()
 
-    def _signal_job(self, state: JobState, sig: int) -> None:
+    def signal_job(self, state: JobState, sig: int) -> None:
         attempt = state.process
         if not isinstance(attempt, _Attempt):
             return
@@ -282,12 +286,12 @@ class ClusterRunner(_jobs._Runner):
             else:
                 attempt.actor.signal.remote(sig)
 
-    def _describe(self, state: JobState, returncode: int) -> str:
+    def describe_exit(self, state: JobState, returncode: int) -> str:
         if returncode == NODE_LOST:
             return "its machine or Ray worker was lost"
         if returncode == 127 and state.job.name in self.start_failures:
             return f"could not start on the machine Ray chose: {self.start_failures.pop(state.job.name)}"
-        return _jobs._describe_exit(returncode)
+        return describe_exit(returncode)
 
 
 def _names_a_lost_node(text: str) -> bool:

@@ -25,7 +25,8 @@ import tempfile
 from pathlib import Path
 
 from .. import devices
-from ..jobs import Job, _command, _descendants
+from ..jobs.process import job_command, signal_tree
+from ..jobs.spec import Job
 
 LOG_CHUNK = 1 << 20   # at most this many log bytes per poll
 
@@ -76,7 +77,7 @@ class JobActor:
         job = Job(path=path, kind=spec["kind"], name=spec["name"], params=[tuple(p) for p in spec["params"]],
                   args=list(spec["args"]))
         self.output = self.folder / f"{spec['name']}.ipynb" if job.kind == "notebook" else None
-        cmd, _ = _command(job, self.output, spec.get("kernel"))
+        cmd = job_command(job, self.output, spec.get("kernel"))
         env = dict(os.environ)
         env[devices.ORDER_VAR] = "PCI_BUS_ID"
         env[devices.VISIBLE_VAR] = ",".join(ids) if ids else devices.NO_GPUS
@@ -129,16 +130,7 @@ class JobActor:
         """Send sig to the job's process group and every process below it (a Jupyter kernel makes its own)."""
         if self.proc is None or self.proc.poll() is not None:
             return False
-        if not hasattr(os, "killpg"):  # Windows: no process groups; terminate() is TerminateProcess
-            with contextlib.suppress(OSError):
-                self.proc.terminate()
-            return True
-        self.pids |= _descendants(self.proc.pid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+        signal_tree(self.proc, self.pids, sig)
         return True
 
     def cleanup(self) -> None:
