@@ -53,8 +53,9 @@ def row(name: str, samples: list, baseline: float | None = None) -> tuple:
 
 def inventory(n: int) -> list:
     from colabkit import devices
+    from colabkit.devices import nvml
     rows = []
-    devices._nvml_module = None
+    nvml._nvml_module = None
     first = timed(lambda: devices.gpus(source="nvml"), 1)
     assert devices.gpus(source="nvml").source == "nvml", "NVML unavailable"
     warm = timed(lambda: devices.gpus(source="nvml"), n)

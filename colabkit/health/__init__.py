@@ -9,10 +9,10 @@
     model.fit(ds, callbacks=[colabkit.keras.Monitor()])            # Keras
     model.fit(ds, callbacks=[colabkit.keras.AutoResume("drive:runs/x", monitor=True)])
 
-Modules: monitor.py (the measurements and report), sampler.py (NVML + psutil), verdicts.py (thresholds and
-advice), watchdog.py (hang budgets, stack dumps, heartbeat), keras_monitor.py (the Keras callback), plots.py
-(live plots: matplotlib into an ipywidgets Image; text in a terminal). Importing this package imports no
-framework, NVML or matplotlib.
+Modules: monitor.py (the measurements and report), sampler.py (NVML through colabkit.devices.nvml, and
+psutil), verdicts.py (thresholds and advice), watchdog.py (hang budgets, stack dumps, heartbeat),
+keras_monitor.py (the Keras callback), plots.py (live plots: matplotlib into an ipywidgets Image; text in a
+terminal). Importing this package imports no framework, NVML or matplotlib.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""GPU and host sampling for the training monitor: NVML (nvidia-ml-py) and psutil, read by a background thread.
+"""GPU and host sampling for the training monitor: NVML (opened and called through colabkit.devices.nvml) and
+psutil, read by a background thread.
 
 Per GPU, each sample holds utilization (the driver's own buffered samples from ``nvmlDeviceGetSamples`` where the
 driver has it, else ``nvmlDeviceGetUtilizationRates``: % of time a kernel ran over the driver's sample period),
@@ -15,9 +16,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import os
 import threading
 import time
+
+from ..devices.nvml import SourceUnavailable, call, open_nvml, text, visible_handles
 
 log = logging.getLogger("colabkit")
 
@@ -57,7 +59,7 @@ class _Gpu:
 
     def __init__(self, nv, index: int, handle):
         self.nv, self.index, self.handle = nv, index, handle
-        self.name = _text(_call(nv, "nvmlDeviceGetName", handle)) or f"GPU {index}"
+        self.name = text(call(nv, "nvmlDeviceGetName", handle)) or f"GPU {index}"
         # the driver keeps ~20 s of samples: the first read starts now, not with what ran before training
         self.last_sample_us = int(time.time() * 1e6)
         self.had_samples = False
@@ -67,7 +69,7 @@ class _Gpu:
                            ("shutdown", "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN"),
                            ("gpu_max", "NVML_TEMPERATURE_THRESHOLD_GPU_MAX")):
             if hasattr(nv, const):
-                self.thresholds[key] = _call(nv, "nvmlDeviceGetTemperatureThreshold", handle, getattr(nv, const))
+                self.thresholds[key] = call(nv, "nvmlDeviceGetTemperatureThreshold", handle, getattr(nv, const))
         self.violation_start = self.violations()
         # readings of the cumulative counters, one per sample, so a window's share covers that window only
         self.violation_history = collections.deque([self.violation_start], maxlen=4000)
@@ -77,7 +79,7 @@ class _Gpu:
         out = {}
         for key, const in (("thermal", "NVML_PERF_POLICY_THERMAL"), ("power", "NVML_PERF_POLICY_POWER")):
             if hasattr(self.nv, const):
-                v = _call(self.nv, "nvmlDeviceGetViolationStatus", self.handle, getattr(self.nv, const))
+                v = call(self.nv, "nvmlDeviceGetViolationStatus", self.handle, getattr(self.nv, const))
                 if v is not None:
                     out[key] = (v.referenceTime / 1e6, v.violationTime / 1e9)
         return out
@@ -100,18 +102,18 @@ class _Gpu:
                 elif self.had_samples:
                     return None    # no new sample since the last read (the sampler keeps the last value)
             # no driver sample since the monitor started yet: the instantaneous rate meanwhile
-        rates = _call(nv, "nvmlDeviceGetUtilizationRates", self.handle)
+        rates = call(nv, "nvmlDeviceGetUtilizationRates", self.handle)
         return None if rates is None else float(rates.gpu)
 
     def sample(self) -> GpuSample:
         nv, h = self.nv, self.handle
-        mem = _call(nv, "nvmlDeviceGetMemoryInfo", h)
-        temp = _call(nv, "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
-        power = _call(nv, "nvmlDeviceGetPowerUsage", h)
-        limit = _call(nv, "nvmlDeviceGetEnforcedPowerLimit", h)
-        bits = _call(nv, "nvmlDeviceGetCurrentClocksEventReasons", h)
+        mem = call(nv, "nvmlDeviceGetMemoryInfo", h)
+        temp = call(nv, "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        power = call(nv, "nvmlDeviceGetPowerUsage", h)
+        limit = call(nv, "nvmlDeviceGetEnforcedPowerLimit", h)
+        bits = call(nv, "nvmlDeviceGetCurrentClocksEventReasons", h)
         if bits is None:
-            bits = _call(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+            bits = call(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
         reasons = tuple(name for bit, name in REASONS.items() if bits and bits & bit)
         return GpuSample(t=time.time(), index=self.index, utilization=self.utilization(),
                          memory_used=None if mem is None else float(mem.used),
@@ -119,47 +121,6 @@ class _Gpu:
                          temperature=None if temp is None else float(temp),
                          power=None if power is None else power / 1000.0,
                          power_limit=None if limit is None else limit / 1000.0, reasons=reasons)
-
-
-def _call(nv, name, *args):
-    fn = getattr(nv, name, None)
-    if fn is None:
-        return None
-    try:
-        return fn(*args)
-    except nv.NVMLError:
-        return None
-
-
-def _text(value):
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def visible_gpus(nv) -> list:
-    """[(index, handle)] for the GPUs this process sees (CUDA_VISIBLE_DEVICES), else every GPU."""
-    count = nv.nvmlDeviceGetCount()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return [(i, nv.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
-    chosen = []
-    for entry in (e.strip() for e in visible.split(",")):
-        if not entry:
-            continue
-        try:
-            if entry.isdigit():
-                # under CUDA_DEVICE_ORDER=PCI_BUS_ID (what colabkit sets) CUDA's index is NVML's
-                index = int(entry)
-                if index >= count:
-                    break        # CUDA stops at the first invalid entry
-                chosen.append((index, nv.nvmlDeviceGetHandleByIndex(index)))
-            elif entry.startswith("GPU-"):
-                handle = nv.nvmlDeviceGetHandleByUUID(entry)
-                chosen.append((nv.nvmlDeviceGetIndex(handle), handle))
-            else:
-                break            # "-1", MIG ids: nothing NVML can sample per process here
-        except nv.NVMLError:
-            break
-    return chosen
 
 
 class Sampler:
@@ -186,12 +147,11 @@ class Sampler:
         self.started_at = time.time()
 
     def _open_nvml(self):
-        from ..devices import _nvml, _Unavailable
         try:
-            nv = _nvml()
-            self._gpus = [_Gpu(nv, i, h) for i, h in visible_gpus(nv)]
+            nv = open_nvml()
+            self._gpus = [_Gpu(nv, i, h) for i, h in visible_handles(nv)]
             self.note = "" if self._gpus else "NVML sees no GPU for this process"
-        except _Unavailable as exc:
+        except SourceUnavailable as exc:
             self.note = f"no GPU figures: {exc}"
         except Exception as exc:  # noqa: BLE001 - never fail training for a monitor
             self.note = f"no GPU figures: NVML failed ({exc})"

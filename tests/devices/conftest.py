@@ -26,7 +26,7 @@ def fake_gpus(monkeypatch, tmp_path):
     subprocesses (PYTHONPATH); `nvidia-smi` is first on PATH. CUDA_* variables, colabkit's NVML handle and
     choice, and `tensorflow` / `torch` in sys.modules (loaded by other tests) are put back afterwards.
     """
-    import colabkit.devices as devices
+    from colabkit.devices import distribute, nvml, state
 
     saved_env = {k: os.environ.get(k) for k in CUDA_VARS}
     for k in CUDA_VARS:
@@ -43,12 +43,12 @@ def fake_gpus(monkeypatch, tmp_path):
     smi_log = tmp_path / "nvidia-smi-calls.jsonl"
     monkeypatch.setenv("COLABKIT_TEST_NVIDIA_SMI_LOG", str(smi_log))
     monkeypatch.delenv("COLABKIT_TEST_GPUS", raising=False)
-    monkeypatch.setattr(devices, "_nvml_module", None)
-    monkeypatch.setattr(devices, "_state", devices._State())
-    monkeypatch.setattr(devices, "_said", set())
+    monkeypatch.setattr(nvml, "_nvml_module", None)
+    monkeypatch.setattr(state, "current", state.State())
+    monkeypatch.setattr(distribute, "_said", set())
 
     def use(scenario: str | None, **overrides):
-        devices._nvml_module = None
+        nvml._nvml_module = None
         sys.modules.pop("pynvml", None)
         if scenario is None:
             monkeypatch.delenv("COLABKIT_TEST_GPUS", raising=False)

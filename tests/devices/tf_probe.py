@@ -11,17 +11,18 @@ import tensorflow as tf
 
 import colabkit
 from colabkit import devices
+from colabkit.devices.apply import _tf_state
 
 lines = []
 handler = logging.Handler()
 handler.emit = lambda record: lines.append(record.getMessage())
 logging.getLogger("colabkit").addHandler(handler)
-report = {"state_at_import": devices._tf_state(tf)}
+report = {"state_at_import": _tf_state(tf)}
 
 chosen = colabkit.use_gpus(1)
 report["chosen"] = [g.index for g in chosen]
 report["env_after_choice"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-report["state_after_choice"] = devices._tf_state(tf)  # use_gpus must not make TensorFlow touch its devices
+report["state_after_choice"] = _tf_state(tf)  # use_gpus must not make TensorFlow touch its devices
 
 strategy = colabkit.strategy()
 report["strategy"] = type(strategy).__name__
@@ -36,7 +37,7 @@ try:
         pass
 except devices.GPUSelectionError as exc:
     report["device_negative"] = str(exc)
-report["state_after_strategy"] = devices._tf_state(tf)
+report["state_after_strategy"] = _tf_state(tf)
 
 try:
     colabkit.use_gpus("0")

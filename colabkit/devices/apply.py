@@ -1,0 +1,137 @@
+"""Applying a choice: CUDA_DEVICE_ORDER / CUDA_VISIBLE_DEVICES, and telling TensorFlow or PyTorch if they started."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import warnings
+
+from . import state
+from .inventory import gpus
+from .records import GROWTH_VAR, NO_GPUS, ORDER_VAR, VISIBLE_VAR, Inventory, gpu_names
+from .select import GPUSelectionWarning, cuda_order, request_text, select_gpus
+
+log = logging.getLogger("colabkit")
+
+
+class DevicesAlreadyInitialized(RuntimeError):
+    """A framework initialized its GPUs before the choice was applied; the message says what to do."""
+
+
+def chosen() -> Inventory | None:
+    """The GPUs the latest ``use_gpus`` call chose (None before any call)."""
+    return state.current.chosen
+
+
+def use_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = True,
+             memory_growth: bool | None = None) -> Inventory:
+    """Choose GPUs and make this process (and the processes it starts) use exactly those.
+
+    request: a count (``2``: the GPUs with most free memory, then least busy; ``0``: none, CPU only); indices in
+    nvidia-smi numbering (``"0,1"``, ``[0, 1]``); UUIDs (``"GPU-8f3e..."``, ``"MIG-..."``, or unique prefixes);
+    or ``"auto"``: every GPU that passes the filters. min_free: a size ("8GiB") each GPU must have free;
+    max_util: the highest utilization in %. strict=False turns an unmet request into a warning and takes what is
+    available. memory_growth: TensorFlow memory growth (default: the ``memory_growth`` setting, on).
+
+    Sets CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_DEVICES (see the module docs). Returns the chosen GPUs
+    in CUDA's order (device 0 first): empty for the CPU path. Raises GPUSelectionError for a request that cannot
+    be met and DevicesAlreadyInitialized when TensorFlow or PyTorch already use their GPUs (strict=False: warns).
+    """
+    if memory_growth is None:
+        from .. import config
+        memory_growth = config.load().memory_growth
+    inventory = gpus(processes=False)
+    choice = select_gpus(request, min_free=min_free, max_util=max_util, strict=strict, inventory=inventory)
+    what = f"use_gpus({request_text(request)})"
+    if choice.leave_env:
+        log.warning("colabkit: %s", choice.note)  # the CPU path: one line, environment left alone
+        state.current.chosen = choice
+        return choice
+    before = {k: os.environ.get(k) for k in (ORDER_VAR, VISIBLE_VAR, GROWTH_VAR)}
+    value = ",".join(g.cuda_id for g in choice) or NO_GPUS
+    if state.current.applied_value is None or before[VISIBLE_VAR] != state.current.applied_value:
+        state.current.inherited = before[VISIBLE_VAR]
+    os.environ[ORDER_VAR] = "PCI_BUS_ID"
+    os.environ[VISIBLE_VAR] = value
+    if memory_growth and choice and GROWTH_VAR not in os.environ:
+        os.environ[GROWTH_VAR] = "true"
+    try:
+        if before[VISIBLE_VAR] != value or before[ORDER_VAR] != "PCI_BUS_ID":
+            _apply_to_frameworks(choice, inventory, before, memory_growth, what)
+    except DevicesAlreadyInitialized as exc:
+        if strict:
+            for key, old in before.items():
+                if old is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = old
+            raise
+        warnings.warn(f"{exc} (strict=False: {VISIBLE_VAR}={value} is set for processes started from here.)",
+                      GPUSelectionWarning, stacklevel=2)
+    state.current.chosen, state.current.applied_value = choice, value
+    log.info("colabkit: %s -> %s=%s", what, VISIBLE_VAR, value)
+    return choice
+
+
+def _apply_to_frameworks(choice: Inventory, inventory: Inventory, before: dict, memory_growth: bool,
+                         what: str) -> None:
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        torch_started = bool(cuda.is_initialized()) if cuda is not None else False
+    except Exception:  # noqa: BLE001 - a broken torch install must not break GPU selection
+        torch_started = False
+    if torch_started:
+        raise DevicesAlreadyInitialized(
+            f"{what} chose {gpu_names(choice)}, but PyTorch has already initialized CUDA in this process, so "
+            f"{VISIBLE_VAR} no longer changes which GPUs it uses. Restart the kernel (on Colab: Runtime > Restart "
+            f"session) and call colabkit.use_gpus(...) before anything uses torch.cuda.")
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "config"):
+        _apply_to_tensorflow(tf, choice, inventory, before, memory_growth, what)
+
+
+def _tf_state(tf):
+    """(listed, initialized): whether TensorFlow has listed its physical devices / created its context.
+    None where this TensorFlow does not tell (private attributes, checked defensively)."""
+    try:
+        from tensorflow.python.eager import context as tf_context
+        ctx = tf_context.context()
+        return ctx._physical_devices is not None, ctx._context_handle is not None  # noqa: SLF001
+    except Exception:  # noqa: BLE001
+        return None, None
+
+
+def _apply_to_tensorflow(tf, choice: Inventory, inventory: Inventory, before: dict, memory_growth: bool,
+                         what: str) -> None:
+    listed, initialized = _tf_state(tf)
+    if listed is False:
+        return  # TensorFlow is imported but has not asked CUDA for GPUs yet: the variables will take effect
+    physical = tf.config.list_physical_devices("GPU")
+    if listed is None and len(physical) == len(choice):
+        return  # cannot tell; what TensorFlow sees matches the choice
+    order = cuda_order(inventory, before)
+    if order is not None and len(order) == len(physical):
+        by_uuid = {g.uuid: d for g, d in zip(order, physical)}
+        targets = [by_uuid[g.uuid] for g in choice if g.uuid in by_uuid]
+        if len(targets) == len(choice):
+            if [d.name for d in tf.config.get_visible_devices("GPU")] != [d.name for d in targets]:
+                try:
+                    tf.config.set_visible_devices(targets, "GPU")
+                except RuntimeError:
+                    targets = None
+            if targets is not None:
+                for d in targets if memory_growth else ():
+                    with contextlib.suppress(RuntimeError, ValueError):
+                        tf.config.experimental.set_memory_growth(d, True)
+                return
+    visible = tf.config.get_visible_devices("GPU") if physical else []
+    seen = f"{len(visible)}: {', '.join(d.name for d in visible) or 'none'}"
+    raise DevicesAlreadyInitialized(
+        f"{what} chose {gpu_names(choice)}, but TensorFlow has already "
+        f"{'initialized' if initialized or initialized is None else 'listed'} its GPUs in this process "
+        f"(it sees {seen}), so the choice cannot take effect here. Restart the kernel (on Colab: "
+        f"Runtime > Restart session) and call colabkit.use_gpus(...) before any TensorFlow or Keras code touches a "
+        f"device (strategy(), list_physical_devices, building a model). If TensorFlow sees no GPU even then, it is a "
+        f"CPU-only build or cannot load CUDA (pip install \"tensorflow[and-cuda]\").")
