@@ -13,8 +13,10 @@ protocol and continue from the last byte the server acknowledged. pydrive2 is im
 ``COLABKIT_DRIVE_API_ROOT`` points the client at a Drive-compatible endpoint (the test suite's local server).
 
 The settings below live here and nowhere else: errors.py, client.py and auth.py read them from this package
-each time they are used, so ``colabkit.gdrive.TIMEOUT_S = 5`` takes effect for the next sign-in and request.
-The public names of errors.py, client.py and auth.py are importable from here; they load on first use.
+each time they use them, so setting ``colabkit.gdrive.RATE_WINDOW_S`` (or TRIES, BACKOFF_*, PAGE_SIZE, CHUNK,
+CREATE_CHECK_S) affects the next request, and ``colabkit.gdrive.TIMEOUT_S`` every client signed in after it
+(``connect(fresh=True)``, or after ``forget_clients()``). The public names of errors.py, client.py and auth.py
+are importable from here; they load on first use.
 """
 from __future__ import annotations
 
