@@ -68,7 +68,7 @@ def run_cp(src: Path, dst: Path) -> float:
 
 
 def run_stage(src: Path, dst: Path) -> float:
-    from colabkit.staging import stage
+    from colabkit.gdrive.staging import stage
     t = time.perf_counter()
     stage(str(src), dst, quiet=True)
     return time.perf_counter() - t
@@ -131,7 +131,7 @@ def main():
     table = "\n".join(lines)
     print(table)
     if args.write_results:
-        from colabkit.staging import NETWORK_WORKERS
+        from colabkit.gdrive.staging import NETWORK_WORKERS
         disk = Path(args.root or tempfile.gettempdir())
         fs = subprocess.run(["df", "-T", str(disk)], capture_output=True, text=True).stdout.splitlines()[-1].split()[1]
         section = (f"## Staging\n\n`python bench/stage_bench.py --rounds {args.rounds}` on {datetime.date.today()}. Machine: "

@@ -50,8 +50,8 @@ _LAZY = {
     "authenticate_user": ("colabkit.portable", "authenticate_user"),
     "cv2_imshow": ("colabkit.portable", "cv2_imshow"),
     "migrate": ("colabkit.migrate", None),
-    "stage": ("colabkit.staging", "stage"),
-    "fetch": ("colabkit.links", "fetch"),
+    "stage": ("colabkit.gdrive.staging", "stage"),
+    "fetch": ("colabkit.gdrive.links", "fetch"),
 }
 
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]

@@ -58,13 +58,13 @@ def _cmd_drive(args) -> int:
 
 
 def _cmd_fetch(args) -> int:
-    from .links import fetch
+    from .gdrive.links import fetch
     print(fetch(args.url, args.dest, quiet=args.quiet))
     return 0
 
 
 def _cmd_stage(args) -> int:
-    from .staging import stage
+    from .gdrive.staging import stage
     print(stage(args.src, args.dst, checksum=args.checksum, workers=args.workers))
     return 0
 

@@ -1,9 +1,12 @@
-"""Location strings ("drive:runs/mnist", "/abs/path", "rel/path") -> a concrete folder to read and write.
+"""Location strings ("drive:runs/mnist", "/abs/path", "rel/path", "gdrive://runs/mnist") -> where they live.
 
-Schemes are a small registry so other back ends (an API-backed Drive, shared links) can plug in.
+A filesystem location resolves to a Path. A location on a back end that is not a filesystem ("gdrive://")
+resolves to a RemoteLocation (scheme and path, checked for syntax here); the checkpoint store turns it into
+its back end (checkpoints/destinations.py). This module imports nothing above it.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -74,19 +77,35 @@ def _resolve_drive(rest: str):
     return path
 
 
-def _resolve_gdrive(rest: str):
-    """gdrive://<folder path below My Drive>: the Drive API back end (pydrive2, imported on first use)."""
-    from .checkpoints.gdrive import resolve_gdrive
-    return resolve_gdrive(rest)
+@dataclasses.dataclass(frozen=True)
+class RemoteLocation:
+    """A location on a back end that is not a filesystem: its ``scheme`` ("gdrive://") and the ``path`` after it."""
+    scheme: str
+    path: str
+
+    def __str__(self):
+        return f"{self.scheme}{self.path}"
+
+
+def _resolve_gdrive(rest: str) -> RemoteLocation:
+    """``gdrive://runs/mnist`` is My Drive/runs/mnist; ``gdrive://shared:<drive name>/runs/mnist`` a path in a
+    shared drive; ``gdrive://<folder id>/runs/mnist`` (or ``id:<folder id>``) a path below a folder given by its
+    id (see colabkit.gdrive.DriveClient.locate). Only the syntax is checked here: nothing connects to Drive."""
+    folder = rest.strip().strip("/")
+    if not folder or any(part in (".", "..") for part in folder.split("/")) or folder in ("shared:", "id:"):
+        raise ValueError(f'"gdrive://{rest}" names no usable folder; write it as "gdrive://<folder path>", '
+                         f'e.g. "gdrive://runs/mnist" (a path below My Drive), "gdrive://shared:<shared drive '
+                         f'name>/runs/mnist" or "gdrive://<folder id>/runs/mnist".')
+    return RemoteLocation("gdrive://", folder)
 
 
 SCHEMES = {"drive:": _resolve_drive, "gdrive://": _resolve_gdrive}
 
 
-def resolve(location):
-    """Where ``location`` lives: a filesystem folder (Path), or an object from a scheme's handler for back
-    ends that are not filesystems. Raises TypeError for a location that is not a str or path, ValueError for an
-    empty or unsupported one, or one that is the Drive root itself."""
+def resolve(location) -> Path | RemoteLocation:
+    """Where ``location`` lives: a filesystem folder (Path), or a RemoteLocation for back ends that are not
+    filesystems ("gdrive://", and "drive:" with drive_via = "api"). Raises TypeError for a location that is not
+    a str or path, ValueError for an empty or unsupported one, or one that is the Drive root itself."""
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
     if not isinstance(location, str):

@@ -95,7 +95,7 @@ class ColabkitMagics(Magics):
         """Copy a dataset to fast local disk (cached, resumable) and return its local path."""
         args = parse_argstring(self.stage, line)
         from .config import ConfigError
-        from .staging import stage
+        from .gdrive.staging import stage
         try:
             return str(stage(args.src, args.dst, checksum=args.checksum))
         except (ConfigError, ValueError, OSError, ImportError) as exc:

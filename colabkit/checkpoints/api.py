@@ -13,10 +13,10 @@ import zipfile
 from pathlib import Path
 
 from .. import config as _config
-from ..locations import resolve
 from .. import mounts as _mounts
 from . import state as _state
 from . import writer as _writer
+from .destinations import resolve_destination
 from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, InvalidCheckpoint, new_name
 from .lease import lease_for
 from .manifest import MAX_STEP, ManifestError
@@ -103,18 +103,18 @@ class Checkpoints:
                              f"another run's checkpoints, or False (the default) to continue it.")
         self.fresh = fresh
         if resume_from is not None:  # a shared link, pulled when `directory` has no checkpoint yet
-            from ..links import parse_link
+            from ..gdrive.links import parse_link
             parse_link(resume_from)
         self.resume_from = resume_from
         self.location = directory
-        self.destination = resolve(directory)
+        self.destination = resolve_destination(directory)
         _refuse_a_file(self.destination, f"directory={directory!r}")
         local = Path(local_dir) if local_dir is not None else local_cache_for(
             self.destination, settings.resolved_cache_dir())
         _refuse_a_file(local, f"local_dir={local_dir!r}")
         self.local = CheckpointFolder(local)
         if not isinstance(self.destination, Path):
-            self.dest = self.destination      # a back end that is not a filesystem (see CheckpointFolder)
+            self.dest = self.destination      # a back end that is not a filesystem (see destinations.py)
         elif local.resolve() == self.destination.resolve():
             self.dest = None                  # the destination is the local folder: nothing to upload
         else:
@@ -406,7 +406,7 @@ class Checkpoints:
         copies = self._read_with_retries(self._copies, "the list of checkpoints")
         pulled = None
         if not copies and self.resume_from is not None:
-            from ..links import pull_checkpoint
+            from .shared import pull_checkpoint
             pulled = pull_checkpoint(self.resume_from, downloads())
             copies = {pulled.name: [pulled]}
         for group in sorted(copies.values(), key=lambda g: g[0].order_key(), reverse=True):

@@ -136,10 +136,8 @@ def check_name(manifest: dict, name: str, where: str) -> dict:
 class CheckpointFolder:
     """Checkpoints in one filesystem folder. All methods raise OSError when the folder is unreachable.
 
-    This is also the destination protocol: a back end that is not a filesystem (an API-backed Drive
-    folder) is used as a destination when it provides ``path`` (for messages), ``committed()``,
-    ``copy_in(source)`` (upload a committed local checkpoint: data first, manifest last), ``download(info,
-    into)``, ``verify(info, full=...)`` and ``prune(keep, keep_every=..., protect=...)`` with the meanings below.
+    It is a destinations.Destination: a back end that is not a filesystem (an API-backed Drive folder) is
+    used as a destination when it provides the same methods, with the meanings below.
     """
 
     def __init__(self, path: Path):

@@ -5,8 +5,8 @@ import json
 import time
 from pathlib import Path
 
-from ..locations import resolve
 from ..units import format_duration, format_size
+from .destinations import resolve_destination
 from .folder import CheckpointFolder, CorruptCheckpoint
 
 
@@ -15,7 +15,7 @@ def checkpoints_report(location, *, verify: bool = False, as_json: bool = False)
     files are checked against its manifest. Folders without a valid manifest are counted as leftovers; folders
 whose manifest cannot be read are listed as unreadable, and entries colabkit would never have written (a link,
 a manifest with a field out of range) as invalid; both make ``all_ok`` False."""
-    path = resolve(location)
+    path = resolve_destination(location)
     if not isinstance(path, Path):
         folder = path                     # a back end that is not a filesystem (gdrive://)
     elif not path.is_dir():

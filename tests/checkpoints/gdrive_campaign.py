@@ -143,7 +143,7 @@ def _restore_trial(location, local, arm, out, persistent):
 
 def _check(location, local, out):
     """With the API healthy: what Drive holds (verified) and what a fresh VM restores."""
-    from colabkit.checkpoints.gdrive import DriveApiFolder
+    from colabkit.checkpoints.drive_api import DriveApiFolder
     from tests.checkpoints.campaign import check_outcome
     _quick_retries()
     check_outcome(DriveApiFolder(location[len("gdrive://"):]), location, local, out)
@@ -160,7 +160,7 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
     key.write_text(json.dumps(_service_account_key(server.url)))
     os.environ.update(COLABKIT_DRIVE_API_ROOT=server.url, COLABKIT_DRIVE_CREDENTIALS=str(key),
                       XDG_CACHE_HOME=str(base / "cache"), XDG_CONFIG_HOME=str(base / "config"))
-    import colabkit.checkpoints.gdrive  # noqa: F401 - loaded once, before the forks
+    import colabkit.checkpoints.drive_api  # noqa: F401 - loaded once, before the forks
     import numpy  # noqa: F401
     counter = 0
 

@@ -3,6 +3,7 @@ Google-native files, timeouts, quotas, lagging listings, shared drives. Each tes
 stand-in reproduces; tests/standins/README.md names the source."""
 import logging
 import os
+import time
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from drive_api import FOLDER, ROOT_ID
 
 import colabkit
 import colabkit.gdrive as g
-from colabkit.checkpoints.gdrive import DriveApiFolder
+from colabkit.checkpoints.drive_api import DriveApiFolder
 
 
 def dataset(server, path, files: dict, parent=ROOT_ID):
@@ -369,7 +370,7 @@ def test_a_drive_request_that_is_never_answered_times_out_and_is_retried(gdrive,
 
 
 def test_a_share_link_that_is_never_answered_times_out_and_is_retried(tmp_path, links, monkeypatch):
-    from colabkit import links as L
+    from colabkit.gdrive import links as L
     monkeypatch.setattr(L, "TIMEOUT_S", 0.5, raising=False)
     src = tmp_path / "w.bin"
     src.write_bytes(b"weights")
@@ -377,6 +378,34 @@ def test_a_share_link_that_is_never_answered_times_out_and_is_retried(tmp_path, 
     links.server.stall(path="/uc", times=1)
     out = finishes(lambda: L.fetch(f"https://drive.google.com/file/d/{file_id}/view", tmp_path / "got", quiet=True))
     assert out.read_bytes() == b"weights" and links.server.stalled
+
+
+@pytest.mark.parametrize("timeout", [0.3, 1.5])
+def test_timeout_s_set_on_colabkit_gdrive_is_the_wait_for_an_unanswered_request(gdrive, monkeypatch, timeout):
+    # README: "Every request has a 60 s timeout (`colabkit.gdrive.TIMEOUT_S`)": setting it there is what counts
+    monkeypatch.setattr(g, "TIMEOUT_S", timeout)
+    client = g.connect(fresh=True)                     # a client signed in after the change
+    folder = gdrive.state.add("t", mime=FOLDER)["id"]
+    gdrive.stall(method="GET", path="/drive/v2/files", times=1)
+    start = time.monotonic()
+    assert client.children(folder) == []               # the listing times out, and its retry is answered
+    took = time.monotonic() - start
+    assert gdrive.stalled and timeout <= took < timeout + 1.0, took
+
+
+@pytest.mark.parametrize("window", [0.5, 2.0])
+def test_rate_window_s_set_on_colabkit_gdrive_is_how_long_rate_limits_are_retried(gdrive, monkeypatch, window):
+    # README: rate-limit answers are retried "for as long as `colabkit.gdrive.RATE_WINDOW_S`", past TRIES attempts
+    monkeypatch.setattr(g, "RATE_WINDOW_S", window)
+    client = g.connect()
+    folder = gdrive.state.add("t", mime=FOLDER)["id"]
+    gdrive.quota(0, per_s=60.0)                         # every Drive API request is refused: 403 userRateLimitExceeded
+    start = time.monotonic()
+    with pytest.raises(g.DriveError, match="userRateLimitExceeded"):
+        client.children(folder)
+    took = time.monotonic() - start
+    assert window <= took < window + 1.0, took
+    assert gdrive.rate_limited > g.TRIES
 
 
 # -- 10. quotas per minute, idempotent creates ---------------------------------------------------------------
@@ -502,7 +531,7 @@ def test_a_download_and_a_listing_cut_mid_answer_are_retried(gdrive, tmp_path):
 
 # -- 11. share links: Google's download quota is reported as such ---------------------------------------------
 def test_a_throttled_share_link_is_reported_as_throttled_not_missing(tmp_path, links):
-    from colabkit import links as L
+    from colabkit.gdrive import links as L
     src = tmp_path / "w.bin"
     src.write_bytes(b"weights")
     file_id = links.file(src)
@@ -561,7 +590,7 @@ def test_an_archive_larger_than_the_free_disk_is_refused_before_extraction(tmp_p
     import shutil
     import zipfile
 
-    from colabkit import links as L
+    from colabkit.gdrive import links as L
     arch = tmp_path / "bomb.zip"
     with zipfile.ZipFile(arch, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("zeros.bin", b"\0" * (4 << 20))                      # 4 MiB of zeros: a few KiB zipped

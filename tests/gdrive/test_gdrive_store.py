@@ -9,7 +9,7 @@ import pytest
 
 import colabkit
 import colabkit.gdrive as g
-from colabkit.checkpoints.gdrive import DriveApiFolder
+from colabkit.checkpoints.drive_api import DriveApiFolder
 
 
 def make(tmp_path, location="gdrive://runs/a", **kw):
@@ -179,3 +179,14 @@ def test_checkpoints_report_reads_a_gdrive_location(gdrive, tmp_path):
         ckpt.save(2, {"w": np.ones(10)}, wait=True)
     text, ok = checkpoints_report("gdrive://runs/a", verify=True)
     assert ok and "2 committed checkpoint(s)" in text and text.count("OK") == 2
+
+
+def test_gdrive_locations_resolve_to_the_drive_api_destination(gdrive, tmp_path):
+    from colabkit.checkpoints.destinations import Destination, resolve_destination
+    from colabkit.checkpoints.folder import CheckpointFolder
+    from colabkit.locations import RemoteLocation, resolve
+    assert resolve("gdrive:///runs/a/") == RemoteLocation("gdrive://", "runs/a")   # a location: nothing connects
+    dest = resolve_destination("gdrive:///runs/a/")
+    assert isinstance(dest, DriveApiFolder) and str(dest) == "gdrive://runs/a"
+    assert isinstance(dest, Destination) and isinstance(CheckpointFolder(tmp_path), Destination)
+    assert resolve_destination(tmp_path / "x") == tmp_path / "x"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import colabkit
-from colabkit import links as L
+from colabkit.gdrive import links as L
 from colabkit.checkpoints.folder import CheckpointFolder
 from colabkit.cli import main
 

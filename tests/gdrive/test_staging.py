@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import colabkit
-from colabkit import mounts, staging
+from colabkit import mounts
+from colabkit.gdrive import staging
 from colabkit.cli import main
 
 

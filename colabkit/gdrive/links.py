@@ -1,15 +1,12 @@
-"""Google Drive shared links ("Anyone with the link"): parse, download with gdown, pull a shared checkpoint.
+"""Google Drive shared links ("Anyone with the link"): parse them, download with gdown, unpack archives safely.
 
-A downloaded checkpoint is untrusted input: its manifest must pass its self-check, it may hold only the
-data formats colabkit writes (``arrays.npz`` read without pickle, ``state.json``, a TensorFlow variables
-checkpoint under ``tf/``), archive members may not escape the folder, and every file must match the
-manifest's sha256 before it becomes a local checkpoint. Downloads go to a temporary folder beside the
-destination and are moved into place only when complete: a failure leaves nothing at the destination.
+Downloads go to a temporary folder beside the destination and are moved into place only when complete: a
+failure leaves nothing at the destination. Archive members may not escape the folder they are extracted into.
 gdown is imported on first use.
 """
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import re
 import shutil
@@ -19,9 +16,7 @@ import urllib.parse
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .optional import require
-
-log = logging.getLogger("colabkit")
+from ..optional import require
 
 _HOSTS = ("drive.google.com", "docs.google.com", "drive.usercontent.google.com")
 _ID = r"[-\w]{10,}"
@@ -30,7 +25,8 @@ _FILE_PATHS = (rf"^/file/(?:u/\d+/)?d/({_ID})(?:/(?:view|edit|preview))?/?$", r"
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 TIMEOUT_S = 60.0   # a share-link request whose server stays silent this long fails (gdown's timeout)
 RETRIES = 3        # and is tried again this many times (gdown's retries: timeouts and dropped connections)
-_SAFE_CHECKPOINT_FILE = re.compile(r"^(arrays\.npz|state\.json|tf/ckpt\.index|tf/ckpt\.data-\d{5}-of-\d{5})$")
+_BINARY = getattr(os, "O_BINARY", 0)   # Windows opens descriptors in text mode without it
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # a link at the name fails the open (ELOOP) instead of being followed
 
 
 class LinkError(OSError):
@@ -67,8 +63,9 @@ def is_link(text) -> bool:
     return isinstance(text, str) and text.strip().lower().startswith(("http://", "https://"))
 
 
-def _download(kind: str, file_id: str, into: Path, *, quiet: bool) -> Path:
-    """Download into the empty folder ``into``; returns the file or folder written there."""
+def download(kind: str, file_id: str, into: Path, *, quiet: bool) -> Path:
+    """Download the shared ``kind`` ("folder" or "file", as parse_link says) into the empty folder ``into``;
+    returns the file or folder written there. Raises LinkError."""
     gdown = require("gdown", "drive", "Downloading Google Drive shared links")
     from gdown.exceptions import FileURLRetrievalError
     try:
@@ -121,7 +118,7 @@ def fetch(url: str, dest, *, quiet: bool = False) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.fetch-", dir=dest.parent))
     try:
-        got = _download(kind, file_id, tmp, quiet=quiet)
+        got = download(kind, file_id, tmp, quiet=quiet)
         if kind == "folder":
             if dest.exists():
                 dest.rmdir()
@@ -163,15 +160,23 @@ def _check_room(archive: Path, into: Path) -> None:
         raise LinkError(str(exc)) from None
     free = shutil.disk_usage(into).free
     if need > free:
-        from .units import format_size
+        from ..units import format_size
         raise LinkError(f"{archive.name} would unpack to {format_size(need)}, and only {format_size(free)} is free at "
                         f"{into}; refusing to extract it.")
+
+
+def new_file(path, mode: int = 0o666) -> int:
+    """A descriptor open for writing on a new, empty file at ``path``. Whatever was at that name (a part file
+    of an interrupted run, a symbolic link someone planted) is removed first, and the file is created with
+    O_EXCL|O_NOFOLLOW: it is never written through a link."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _BINARY, mode)
 
 
 def extract_archive(archive: Path, into: Path) -> None:
     """Extract a .zip/.tar/.tar.gz into ``into``: regular files and folders only, no member outside it, each
     file created anew (never written through a link at its name)."""
-    from .staging import new_file
     into.mkdir(parents=True, exist_ok=True)
     root = into.resolve()
     _check_room(archive, into)
@@ -211,61 +216,3 @@ def extract_archive(archive: Path, into: Path) -> None:
                                         f"folder (a link or device); refusing it.")
     except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
         raise LinkError(f"{archive.name} is not a readable archive ({exc}).") from None
-
-
-# -- shared checkpoints ----------------------------------------------------------------------------------
-def _find_checkpoint(folder: Path, url: str):
-    from .checkpoints import manifest as _manifest
-    from .checkpoints.folder import CheckpointInfo
-    candidates = [folder] + sorted(p for p in folder.rglob("*") if p.is_dir())
-    found, problems = [], []
-    for path in candidates:
-        if not (path / _manifest.MANIFEST_NAME).is_file():
-            continue
-        try:
-            manifest = _manifest.loads((path / _manifest.MANIFEST_NAME).read_bytes(), where=f"{url} ({path.name})")
-        except _manifest.ManifestError as exc:
-            problems.append(str(exc))
-            continue
-        found.append(CheckpointInfo(path, manifest))
-    if not found:
-        detail = f" ({problems[0]})" if problems else ""
-        raise LinkError(f"{url} does not hold a colabkit checkpoint: no valid {_manifest.MANIFEST_NAME} in it{detail}. "
-                        f"Share the checkpoint folder (or a .zip/.tar of it) that AutoResume/Checkpoints wrote.")
-    return max(found, key=CheckpointInfo.order_key)
-
-
-def pull_checkpoint(url: str, into, *, quiet: bool = True):
-    """Download a shared checkpoint (folder, a folder of checkpoints, or a .zip/.tar of either), check it,
-    and commit it into the local CheckpointFolder ``into``. Returns its CheckpointInfo there."""
-    from .checkpoints.folder import _NAME, CheckpointInfo, CorruptCheckpoint, new_name
-    kind, file_id = parse_link(url)
-    into.path.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".shared-", dir=into.path.parent))
-    try:
-        got = _download(kind, file_id, tmp, quiet=quiet)
-        if kind == "file":
-            if not is_archive(got.name):
-                raise LinkError(f"{url} is a file named {got.name!r}, not a checkpoint; share the checkpoint folder "
-                                f"or a .zip/.tar(.gz) of it.")
-            extract_archive(got, tmp / "extracted")
-            got = tmp / "extracted"
-        info = _find_checkpoint(got, url)
-        unsafe = sorted(rel for rel in info.manifest["files"] if not _SAFE_CHECKPOINT_FILE.match(rel))
-        if unsafe:
-            raise LinkError(f"The shared checkpoint at {url} lists files colabkit does not read "
-                            f"({', '.join(unsafe[:3])}); only arrays.npz, state.json and tf/ckpt.* are accepted.")
-        name = info.path.name if _NAME.match(info.path.name) else new_name(info.step)
-        staged = info.path.with_name(name)
-        if staged != info.path:
-            os.replace(info.path, staged)
-        try:
-            committed = into.copy_in(CheckpointInfo(staged, info.manifest), check_hashes=True, durable=False)
-        except FileNotFoundError as exc:
-            raise LinkError(f"The shared checkpoint at {url} is incomplete: {exc.filename} is missing.") from None
-        except CorruptCheckpoint as exc:
-            raise LinkError(f"The shared checkpoint at {url} does not match its manifest ({exc}); not used.") from None
-        log.info("colabkit: pulled checkpoint step %s from %s", committed.step, url)
-        return committed
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""A checkpoint destination on Google Drive's API (``gdrive://runs/mnist``): the CheckpointFolder protocol.
+"""The store's destination on Google Drive's API (``gdrive://runs/mnist``): a Destination (destinations.py).
 
 Each checkpoint is a Drive folder named like the local one; its files are uploaded first and
 MANIFEST.json last, so a checkpoint whose upload was interrupted has no manifest and stays invisible.
@@ -335,15 +335,3 @@ class _HashSink:
         if self.out is not None:
             self.out.write(data)
         return len(data)
-
-
-def resolve_gdrive(rest: str) -> DriveApiFolder:
-    """The ``gdrive://`` scheme handler: ``gdrive://runs/mnist`` is My Drive/runs/mnist;
-    ``gdrive://shared:<drive name>/runs/mnist`` a path in a shared drive; ``gdrive://<folder id>/runs/mnist``
-    (or ``id:<folder id>``) a path below a folder given by its id (see DriveClient.locate)."""
-    folder = rest.strip().strip("/")
-    if not folder or any(part in (".", "..") for part in folder.split("/")) or folder in ("shared:", "id:"):
-        raise ValueError(f'"gdrive://{rest}" names no usable folder; write it as "gdrive://<folder path>", '
-                         f'e.g. "gdrive://runs/mnist" (a path below My Drive), "gdrive://shared:<shared drive '
-                         f'name>/runs/mnist" or "gdrive://<folder id>/runs/mnist".')
-    return DriveApiFolder(folder)

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import config as _config
-from .mounts import on_network_fs
+from .. import config as _config
+from ..mounts import on_network_fs
+from .links import extract_archive, fetch, is_archive, is_link, new_file, unpacked_size
 
 log = logging.getLogger("colabkit")
 
@@ -75,7 +76,7 @@ class Entry:
 
 
 def _fmt(n: float) -> str:
-    from .units import format_size
+    from ..units import format_size
     return format_size(n)
 
 
@@ -150,8 +151,9 @@ def _local_entries(src: Path) -> list[Entry]:
 
 def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
     """(entries, is_single_file) of a gdrive:// folder or file path."""
-    from . import gdrive
-    client = gdrive.connect()
+    from .auth import connect
+    from .client import FOLDER_MIME
+    client = connect()
     top, below, top_text = client.locate(folder)      # My Drive, a shared drive, or a folder by id
     parent_path, _, last = below.strip("/").rpartition("/")
     where = f"gdrive://{'/'.join(p for p in (top_text, parent_path) if p)}"
@@ -172,7 +174,7 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
                 client.download(fid, fh, what=f"downloading gdrive://{folder}/{rel}", progress=progress)
         return Entry(rel, int(meta.get("fileSize", 0)), meta.get("modifiedDate", ""), fetch,
                      lambda m=meta: m.get("md5Checksum", ""))
-    if item.get("mimeType") != gdrive.FOLDER_MIME:
+    if item.get("mimeType") != FOLDER_MIME:
         return [entry(item["title"], item)], True
     return [entry(rel, meta) for rel, meta in sorted(client.walk(item["id"], where=f"gdrive://{folder}").items())], False
 
@@ -296,15 +298,6 @@ def _check_space(where: Path, need: int, what: str) -> None:
         raise InsufficientSpace(errno.ENOSPC, f"Not enough disk space to stage {what}: it needs {_fmt(need)} at "
                                               f"{where}, and only {_fmt(free)} is free there. Free some space or "
                                               f"pass dst= on a larger disk.")
-
-
-def new_file(path, mode: int = 0o666) -> int:
-    """A descriptor open for writing on a new, empty file at ``path``. Whatever was at that name (a part file
-    of an interrupted run, a symbolic link someone planted) is removed first, and the file is created with
-    O_EXCL|O_NOFOLLOW: it is never written through a link."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _BINARY, mode)
 
 
 def _read_text(path: Path) -> str | None:
@@ -458,7 +451,6 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
     not writable; see state_dir). checksum: decide "unchanged" by content instead of size+mtime. workers: files
     copied at a time (default: 16 from a network source; from a local disk 4 for large files, 1 for small ones).
     """
-    from .links import is_archive, is_link
     if not isinstance(src, (str, os.PathLike)) or not str(src).strip():
         raise ValueError(f"src={src!r} is empty; pass a dataset folder or archive (a path, \"drive:...\", "
                          f"\"gdrive://...\" or a share link).")
@@ -484,7 +476,7 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
             raise ValueError(f"{src_text} is a single file that is not a .zip/.tar(.gz) archive; stage a folder "
                              f"or an archive.")
     else:
-        from .locations import resolve
+        from ..locations import resolve
         path = resolve(src_text)
         if not isinstance(path, Path):
             raise ValueError(f"{src_text} is not a folder or archive colabkit can stage.")
@@ -516,7 +508,6 @@ def stage(src, dst=None, *, checksum: bool = False, workers: int | None = None, 
 
 
 def _stage_entries(src_text, dst, state, entries, identity, archive, workers, quiet, network, created) -> Path:
-    from .links import extract_archive
     marker = state / "complete.json"
     _claim(dst, state)
     journal = state / "journal.tsv"
@@ -613,7 +604,6 @@ def _intact(dst: Path, previous: dict) -> bool:
 
 def _extract_into(archive: Path, dst: Path, state: Path, extract) -> None:
     """Extract beside dst (in its bookkeeping folder), check the space first, then move the members into place."""
-    from .links import unpacked_size
     _check_space(dst, unpacked_size(archive), f"the contents of {archive.name}")
     tmp = state / "extracting"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -628,7 +618,6 @@ def _extract_into(archive: Path, dst: Path, state: Path, extract) -> None:
 
 def _stage_link(url: str, dst: Path, state: Path, *, quiet: bool) -> Path:
     """Share links carry no size/mtime we can check without downloading: cached by URL once complete."""
-    from .links import extract_archive, fetch, is_archive
     marker = state / "complete.json"
     previous = _read_json(marker)
     if previous is not None and previous.get("source") == url and _intact(dst, previous):
