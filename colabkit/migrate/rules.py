@@ -182,9 +182,8 @@ REPORT_PREFIXES = (("google.colab.output", "CK307"),)
 COLAB_MOUNTPOINTS = frozenset({"/content/drive", "/content/drive/", "/content/gdrive", "/content/gdrive/",
                                "/gdrive", "/gdrive/"})
 
-# Cell magics whose body is Python (analysed like a cell) and those whose body is shell.
+# Cell magics whose body is Python (analysed like a cell).
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
-SHELL_CELL_MAGICS = frozenset({"bash", "sh", "shell", "script"})
 # Line magics whose argument is one raw path (no shell quoting) and those whose arguments are shell-like words.
 RAW_PATH_MAGICS = frozenset({"cd"})
 WORD_MAGICS = frozenset({"run", "load", "pycat", "ls", "cp", "mv", "rm", "mkdir", "rmdir", "cat", "pip",

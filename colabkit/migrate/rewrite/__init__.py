@@ -1,0 +1,92 @@
+"""The rewriter: Colab-only constructs in a notebook's code cells -> minimal edits of their sources + findings.
+
+Works on cell sources only (strings in, strings out); reading and writing files is ``colabkit.migrate``'s job.
+Two passes over the notebook: first every cell is read (IPython's transformer + ``ast``) and the names bound to
+``google.colab`` anywhere are collected; then each cell gets its edits, which need that notebook-wide view (an
+import in cell 1 is dropped only if no later cell still needs the name it binds).
+
+One module per rule family, each a set of functions taking the shared state (``context``): ``colab`` (names bound
+to google.colab, guarded code), ``calls`` (drive.mount and the other Colab functions), ``paths`` (Colab paths in
+Python strings), ``escapes`` (shell escapes and paths in command lines), ``magics``, ``forms``, ``imports``;
+``edits`` applies what they decided.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+from .. import rules as R
+from ..cells import read_cell
+from . import calls, colab, escapes, forms, imports, magics, paths
+from .context import CellWork, Context, indent_unit
+from .edits import CellResult, Finding, apply
+
+__all__ = ["CellResult", "Finding", "Rewriter"]
+
+
+class Rewriter:
+    """Compute the migration of one notebook's code cells."""
+
+    def __init__(self, active=None, drive_root=None):
+        self.active = frozenset(R.BY_CODE) if active is None else frozenset(active)
+        self.drive_root = drive_root
+
+    def run(self, sources: list) -> list:
+        """``sources``: per cell, its source text, or None for a cell that is not code. One CellResult per code
+        cell, in order."""
+        works = []
+        for index, source in enumerate(sources):
+            if source is None:
+                continue
+            code = read_cell(source, R.PYTHON_CELL_MAGICS)
+            works.append(CellWork(index, source, code))
+        ctx = Context(self.active, self.drive_root, indent_unit(works))
+        if any("$" in e.arg for w in works for e in w.code.escapes):
+            for work in works:
+                if work.code.tree is not None and work.code.problem is None:
+                    ctx.python_names.update(escapes.bound_names(work.code.tree))
+        for work in works:
+            if work.code.tree is not None and work.code.problem is None and "colab" in work.source:
+                colab.collect_bindings(ctx, work)
+        # A cell that mentions none of these has nothing any rule matches (most cells of a notebook).
+        names = "".join(f"|\\b{re.escape(name)}\\b" for name in sorted(ctx.bindings))
+        trigger = re.compile(r"colab|content|drive|@(?:title|param|markdown)" + names)
+        for work in works:
+            if work.code.problem is not None:
+                code, line, message = work.code.problem
+                work.finding(code, line - 1, f"cell left unchanged: {message}", False)
+                continue
+            magics.cell_magic(ctx, work)
+            if work.code.tree is None:
+                continue
+            if not work.code.escapes and not trigger.search(work.source):
+                work.inert = True
+                continue
+            colab.guards(work)
+            _python(ctx, work)
+            _escapes(ctx, work)
+            forms.forms(ctx, work)
+        imports.replace_imports(ctx, works)
+        imports.ensure_import(works)
+        return [apply(work) for work in works]
+
+
+def _python(ctx, work):
+    """The cell's Python: calls of Colab functions, other uses of google.colab names, Colab paths in strings."""
+    tree = work.code.tree
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            calls.call(ctx, work, node)
+    colab.references(ctx, work, tree)
+    paths.strings(ctx, work, tree)
+
+
+def _escapes(ctx, work):
+    """The cell's line magics and shell escapes, outside code already guarded."""
+    for esc in work.code.escapes:
+        if work.is_guarded((esc.line, esc.col)):
+            continue
+        if esc.kind == "magic":
+            magics.line_magic(ctx, work, esc)
+        elif esc.kind in ("system", "getoutput"):
+            escapes.shell(ctx, work, esc)
