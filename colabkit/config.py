@@ -15,7 +15,8 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .units import DURATION_FORMS, parse_duration
 
@@ -225,7 +226,8 @@ def load(**overrides) -> Settings:
         if overrides.get(field.name) is not None:
             raw, source, label = overrides[field.name], "argument", f"{field.name} argument"
         elif os.environ.get(field.env_var, "").strip():
-            raw, source, label = os.environ[field.env_var], f"env {field.env_var}", f"environment variable {field.env_var}"
+            raw = os.environ[field.env_var]
+            source, label = f"env {field.env_var}", f"environment variable {field.env_var}"
         elif field.name in from_file:
             raw, source, label = from_file[field.name], f"file {path}", f"{field.name} in {path}"
         else:

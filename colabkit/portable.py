@@ -34,7 +34,8 @@ from . import config as _config
 from . import locations as _locations
 from .runtime import detect_kind
 
-__all__ = ["on_colab", "drive", "drive_mounted", "workdir", "portable_path", "mount_drive", "flush_and_unmount_drive", "upload",
+__all__ = ["on_colab", "drive", "drive_mounted", "workdir", "portable_path", "mount_drive", "flush_and_unmount_drive",
+           "upload",
            "download", "secret", "authenticate_user", "cv2_imshow", "SecretNotFoundError", "AuthenticationError",
            "classify_colab_path", "ColabPath"]
 

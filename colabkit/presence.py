@@ -444,7 +444,7 @@ class PresenceMonitor:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self) -> "PresenceMonitor":
+    def start(self) -> PresenceMonitor:
         if self.running:
             return self
         self._stop.clear()
@@ -456,7 +456,7 @@ class PresenceMonitor:
         while not self._stop.wait(self.poll):
             try:
                 self.check()
-            except Exception:  # noqa: BLE001 - the monitor must outlive any surprise
+            except Exception:
                 log.exception("colabkit: presence check failed")
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -419,12 +419,12 @@ class Checkpoints:
                 try:
                     if in_place:
                         contents = self._read_checked(info, retry=not from_local)
-                        state = _decoded(lambda: _state.from_contents(contents, info.path, into=into))
+                        state = _decoded(_state.from_contents, contents, info.path, into=into)
                     else:
                         info = info if from_local else self._download(info, downloads())
                         if from_local:
                             self.local.verify(info, full=True)
-                        state = _decoded(lambda: _state.read(info.path, into=into))
+                        state = _decoded(_state.read, info.path, into=into)
                     source = "link" if pulled is not None else "local" if from_local else "destination"
                     restored = Restored(step=info.step, epoch=info.epoch, batch=info.batch, state=state,
                                         path=info.path, source=source, manifest=info.manifest)
@@ -480,12 +480,13 @@ class Checkpoints:
         warnings.warn(f"colabkit: {message}", RuntimeWarning, stacklevel=3)
 
 
-def _decoded(load):
-    """``load()``'s state. Files that matched their manifest can still hold contents colabkit never writes
+def _decoded(load, *args, **kwargs):
+    """``load(*args, **kwargs)``'s state. Files that matched their manifest can still hold contents colabkit
+    never writes
     (state.json nested 100,000 deep, an array key that is not there): InvalidCheckpoint, so that the
     previous checkpoint is tried. StateError (the state does not fit the objects given) passes through."""
     try:
-        state = load()
+        state = load(*args, **kwargs)
     except _state.StateError:
         raise
     except (KeyError, IndexError, TypeError, ValueError, RecursionError, UnicodeDecodeError, zipfile.BadZipFile) as exc:

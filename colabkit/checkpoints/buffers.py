@@ -19,8 +19,9 @@ class SnapshotBuffers:
     state. A set is held from the snapshot until the background thread has written it. A snapshot still
     waiting to be written (behind an upload) is discarded for a newer one and its set reused (``reclaim``).
     When every set is being written, a periodic save of a state above ``small_state_mb`` is taken at a later
-    batch (``take`` returns None); any other save waits for a set. So with one set, snapshots cost 1x the state in host memory and training never
-    waits for a periodic save's write; each extra set costs another 1x and lets such a save be taken at once.
+    batch (``take`` returns None); any other save waits for a set. So with one set, snapshots cost 1x the state
+    in host memory and training never waits for a periodic save's write; each extra set costs another 1x and
+    lets such a save be taken at once.
     A new set is touched (its pages faulted in) by a background thread when a periodic save first asks for
     it, and that save is taken once it is done: neither the restore nor the training loop waits for it.
     """

@@ -8,7 +8,8 @@ dependencies (pydrive2 for ``gdrive://``) load only when a location of its schem
 from __future__ import annotations
 
 from pathlib import Path, PurePath
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+from collections.abc import Callable
 
 from ..locations import RemoteLocation, resolve
 from .folder import CheckpointFolder, CheckpointInfo, Listing

@@ -237,7 +237,8 @@ class DriveApiFolder:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 digest = hashlib.sha256()
                 with open(dest, "wb") as fh:
-                    self.client.download(files[rel]["id"], _HashSink(digest, fh), what=f"reading {self}/{info.name}/{rel}")
+                    self.client.download(files[rel]["id"], _HashSink(digest, fh),
+                                         what=f"reading {self}/{info.name}/{rel}")
                 if dest.stat().st_size != meta["size"] or digest.hexdigest() != meta["sha256"]:
                     raise CorruptCheckpoint(f"{self}/{info.name}/{rel} does not match its manifest")
             write_bytes(target / _manifest.MANIFEST_NAME, _manifest.dumps(info.manifest))

@@ -334,7 +334,7 @@ class CheckpointFolder:
         except (_manifest.ManifestError, CorruptCheckpoint, OSError):
             return None
 
-    def download(self, info: CheckpointInfo, into: "CheckpointFolder") -> CheckpointInfo:
+    def download(self, info: CheckpointInfo, into: CheckpointFolder) -> CheckpointInfo:
         """Copy one of this folder's checkpoints into the local folder ``into``, checking sha256 on the way."""
         return into.copy_in(info, check_hashes=True, durable=False)
 

@@ -37,7 +37,7 @@ import socket
 import threading
 import time
 
-from .folder import LEASE_NAME, CheckpointError  # noqa: F401 - LEASE_NAME is part of this module's story
+from .folder import LEASE_NAME, CheckpointError
 
 log = logging.getLogger("colabkit")
 
@@ -155,11 +155,11 @@ def _parse(raw: bytes, now: float) -> _Found:
     return _Found(raw, dict(record, renewed=float(record["renewed"])))
 
 
-_shared: dict[str, "Lease"] = {}
+_shared: dict[str, Lease] = {}
 _shared_lock = threading.Lock()
 
 
-def lease_for(dest, location, on_warning) -> "Lease":
+def lease_for(dest, location, on_warning) -> Lease:
     """This process's one Lease on ``dest`` (several Checkpoints objects on a folder, as a notebook cell run
     twice makes, share it as they share the local claim)."""
     key = str(dest.path)

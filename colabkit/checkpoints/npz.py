@@ -55,7 +55,7 @@ class _Hasher:
         try:
             while (item := self._queue.get()) is not None:
                 self._digest.update(item)
-        except BaseException as exc:  # pragma: no cover - hashlib does not fail on buffers
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread  # pragma: no cover
             self._error = exc
 
     def feed(self, data) -> None:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from .folder import CheckpointFolder, CheckpointInfo
 from .storage import remove_tree

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from .folder import CheckpointError
-from .lease import FolderInUse, in_use_message  # noqa: F401 - FolderInUse is raised from here
+from .lease import FolderInUse, in_use_message
 
 try:
     import fcntl

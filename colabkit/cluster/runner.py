@@ -67,7 +67,8 @@ def run_on_cluster(jobs: list, address: str, *, gpus="auto", per_gpu: int = 1, g
                            output=run_dir / f"{j.name}.ipynb" if j.kind == "notebook" else None) for j in jobs]
         slots = [Slot(f"cluster slot {i + 1}", {}) for i in range(max(1, n_slots))]
         # hang_timeout off: a job's heartbeat is written on the machine that runs it, out of the queue's sight
-        runner = ClusterRunner(ray, states, slots, run_dir, retries=retries, grace=grace, kernel=kernel, hang_timeout=None,
+        runner = ClusterRunner(ray, states, slots, run_dir, retries=retries, grace=grace, kernel=kernel,
+                               hang_timeout=None,
                                out=out if out is not None else sys.stdout, progress=progress, shared=shared,
                                num_gpus=num_gpus, num_cpus=num_cpus, memory_growth=memory_growth, folders=folders)
         runner.summary_extra = {"cluster": {"address": address, "nodes": [vars(n) for n in nodes],

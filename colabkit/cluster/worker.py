@@ -96,7 +96,7 @@ class JobActor:
             try:
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              env=env, cwd=cwd, start_new_session=True,
-                                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # noqa: PLW1509 - only prctl before exec
+                                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
             except OSError as exc:
                 info["error"] = f"could not start {cmd[0]}: {exc}"
                 return info

@@ -98,7 +98,7 @@ def _tf_state(tf):
     try:
         from tensorflow.python.eager import context as tf_context
         ctx = tf_context.context()
-        return ctx._physical_devices is not None, ctx._context_handle is not None  # noqa: SLF001
+        return ctx._physical_devices is not None, ctx._context_handle is not None
     except Exception:  # noqa: BLE001
         return None, None
 

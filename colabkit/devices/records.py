@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..units import format_size
 
@@ -104,7 +104,7 @@ class Inventory(list):
         self.source, self.driver, self.note = source, driver, note
         self.leave_env = False  # a choice of nothing because nothing is there: CUDA_* stay as they are
 
-    def _derive(self, items, note=None, leave_env=False) -> "Inventory":
+    def _derive(self, items, note=None, leave_env=False) -> Inventory:
         derived = Inventory(items, source=self.source, driver=self.driver, note=note)
         derived.leave_env = leave_env
         return derived

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..units import format_size, parse_size
 from . import state

@@ -6,7 +6,7 @@ import logging
 import re
 import shutil
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 from .records import GPU, NA, Inventory, Process, SourceUnavailable, short_name
 

@@ -386,12 +386,14 @@ class DriveClient:
         return {rel: self.pick(items, folder_id) for rel, items in found.items()}
 
 
-_ID = re.compile(r"[-\w]{25,}|0A[-\w]{14,}")   # Drive ids: files and folders (28-44 characters), shared drives ("0A...")
+# Drive ids: files and folders (28-44 characters), shared drives ("0A...")
+_ID = re.compile(r"[-\w]{25,}|0A[-\w]{14,}")
 
 
 def _is_folder_like(item: dict) -> bool:
     return item.get("mimeType") == FOLDER_MIME or (
-        item.get("mimeType") == SHORTCUT_MIME and (item.get("shortcutDetails") or {}).get("targetMimeType") == FOLDER_MIME)
+        item.get("mimeType") == SHORTCUT_MIME
+        and (item.get("shortcutDetails") or {}).get("targetMimeType") == FOLDER_MIME)
 
 
 def unsafe_name(title) -> str | None:

@@ -116,7 +116,7 @@ def retrying(fn, what: str, *, already=None):
         attempt += 1
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:
             retry, error = _classify(exc, what)
             in_window = getattr(error, "rate_limited", False) and time.monotonic() - start < _gdrive.RATE_WINDOW_S
             if not retry or (attempt >= _gdrive.TRIES and not in_window):

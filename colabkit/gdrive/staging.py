@@ -41,7 +41,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from .. import config as _config
 from ..mounts import on_network_fs
@@ -176,7 +176,8 @@ def _drive_entries(folder: str) -> tuple[list[Entry], bool]:
                      lambda m=meta: m.get("md5Checksum", ""))
     if item.get("mimeType") != FOLDER_MIME:
         return [entry(item["title"], item)], True
-    return [entry(rel, meta) for rel, meta in sorted(client.walk(item["id"], where=f"gdrive://{folder}").items())], False
+    found = client.walk(item["id"], where=f"gdrive://{folder}")
+    return [entry(rel, meta) for rel, meta in sorted(found.items())], False
 
 
 # -- the copy ------------------------------------------------------------------------------------------
@@ -550,7 +551,7 @@ def _stage_entries(src_text, dst, state, entries, identity, archive, workers, qu
 
 
 def _files(root: Path):
-    for base, dirs, files in os.walk(root):
+    for base, _dirs, files in os.walk(root):
         for name in files:
             yield Path(base) / name
 
@@ -558,7 +559,7 @@ def _files(root: Path):
 def _prune(dst: Path, keep: set) -> None:
     """Remove the files below dst not in ``keep`` (relative posix paths), then the folders left empty."""
     root = str(dst)
-    for base, dirs, files in os.walk(root, topdown=False):
+    for base, _dirs, files in os.walk(root, topdown=False):
         for name in files:
             path = os.path.join(base, name)
             if os.path.relpath(path, root).replace(os.sep, "/") not in keep:

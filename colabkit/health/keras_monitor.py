@@ -109,7 +109,8 @@ class Monitor(keras.callbacks.Callback):
 
         def train_function(iterator):
             self._calls += 1
-            if not self._sample_now() or not isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+            iterators = (tf.data.Iterator, tf.distribute.DistributedIterator)
+            if not self._sample_now() or not isinstance(iterator, iterators):
                 return inner(iterator)
             t0 = time.perf_counter()
             batches = []

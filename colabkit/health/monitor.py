@@ -373,7 +373,8 @@ class Monitor:
         window = self.sampler.window(since=wall - stalled) if self.sampler else {"gpus": []}
         gpu, gpu_text = classify_stall(window)
         what = {"first": "the first step (compilation)", "step": "a training step", "validation": "validation",
-                "checkpoint": "a checkpoint save", "epoch_end": "the end of an epoch"}.get(self.current_phase, self.current_phase)
+                "checkpoint": "a checkpoint save", "epoch_end": "the end of an epoch",
+                }.get(self.current_phase, self.current_phase)
         headline = (f"no progress for {short_duration(stalled)} in {what} (after step {self.steps}; budget "
                     f"{short_duration(budget)}: {how}): {gpu_text}")
         dump = None

@@ -91,7 +91,8 @@ def render_png(monitor, *, width: float = 8.0, height: float = 6.2, dpi: int = 8
         ax_gpu.set_xlabel("seconds")
     else:
         note = monitor.sampler.note if monitor.sampler is not None else "not started"
-        ax_gpu.text(0.5, 0.5, note if note.startswith("no GPU") else f"no GPU figures: {note}", ha="center", va="center", fontsize=9,
+        ax_gpu.text(0.5, 0.5, note if note.startswith("no GPU") else f"no GPU figures: {note}",
+                    ha="center", va="center", fontsize=9,
                     transform=ax_gpu.transAxes)
         ax_gpu.set_axis_off()
     buf = io.BytesIO()

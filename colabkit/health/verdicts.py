@@ -125,6 +125,7 @@ def idle_gpu_verdict(window: dict, input_fraction) -> Verdict | None:
         return None
     waits = "" if input_fraction is None else f"; waiting for input takes {input_fraction:.0%} of each step"
     return Verdict("idle_gpu", "high", f"the GPU is idle much of the time (busy {max(utils):.0f}%) while the host "
-                                       f"CPU is saturated ({cpu:.0f}%){waits}: the CPU side (input preprocessing, Python "
+                                       f"CPU is saturated ({cpu:.0f}%){waits}: the CPU side (input preprocessing, "
+                                       f"Python "
                                        f"in the step) is the bottleneck; move preprocessing onto the GPU (Keras "
                                        f"preprocessing layers) or parallelize it (tf.data AUTOTUNE, workers)")

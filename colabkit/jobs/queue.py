@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import process
 from .slots import Slot, plan_slots
@@ -324,7 +324,8 @@ class Runner:
                 self.signal_job(state, signal.SIGTERM)
             self.deadline = time.monotonic() + self.grace
             self.say(f"[{self.stamp()}] {name}: stopping the queue; sent SIGTERM to {len(running)} running job(s), "
-                     f"SIGKILL in {self.grace:g}s ({'press Ctrl-C again' if signum == signal.SIGINT else 'signal again'}"
+                     f"SIGKILL in {self.grace:g}s "
+                     f"({'press Ctrl-C again' if signum == signal.SIGINT else 'signal again'}"
                      f" to kill now); {len(self.waiting)} waiting job(s) will not start")
             self.refresh()
         elif not self.killed:

@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 KINDS = {".ipynb": "notebook", ".py": "python", ".sh": "shell"}  # anything else: an executable file
 

@@ -31,7 +31,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="overwrite each notebook, after copying it to NAME.ipynb.bak")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if some notebook needs changes (CI, pre-commit)")
-    p.add_argument("--diff", action="store_true", help="print a unified diff of the changed cell sources; write nothing")
+    p.add_argument("--diff", action="store_true",
+                   help="print a unified diff of the changed cell sources; write nothing")
     p.add_argument("--rules", metavar="CODES", help="only these rules, e.g. CK101,CK102 or CK1 (default: all)")
     p.add_argument("--ignore", metavar="CODES", help="skip these rules")
     p.add_argument("--drive-root", metavar="PATH",
