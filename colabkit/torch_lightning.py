@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -56,15 +55,16 @@ from .torch_state import (  # noqa: E402
     _set_rng,
     _Spec,
 )
-from .signals import pass_signal_on  # noqa: E402
-from .units import format_duration, parse_duration  # noqa: E402
+from .resume import schedule  # noqa: E402
+from .resume.run import Run, recorded  # noqa: E402
+from .resume.signals import SignalLatch  # noqa: E402
+from .units import format_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 
 FORMAT = "colabkit.lightning/1"
 POINTER = "colabkit.lightning.pointer/1"   # the local file ckpt_path="last" resolves to: a pointer, no state
 STATE_KEY = "colabkit.AutoResume"          # the callback's entry in a checkpoint's "callbacks"
-FINAL_WAIT_FLOOR_S = 60.0
 
 
 class CheckpointIO(_LightningCheckpointIO):
@@ -206,7 +206,7 @@ class CheckpointIO(_LightningCheckpointIO):
 
     def teardown(self):
         """At the end of fit: wait for the newest checkpoint's upload (at least a minute), then free the folder."""
-        if not self.checkpoints.wait(max(FINAL_WAIT_FLOOR_S, 3 * self.estimated_save_s())):
+        if not self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s())):
             self._say(f"the newest checkpoint is not on {self.directory} yet: "
                       f"{self.checkpoints.status.last_error or 'its upload is still running'}")
         elif self.checkpoints.wait(0):
@@ -281,18 +281,32 @@ class AutoResume(OnExceptionCheckpoint):
                                           resume_from=resume_from, verbose=verbose)
         pointer = self.checkpoint_io.pointer
         super().__init__(dirpath=str(pointer.parent), filename=pointer.stem)
-        self.directory, self.save_freq, self.every, self.verbose = directory, save_freq, every, verbose
-        self.deadline = deadline
-        self.margin_floor = 60.0 if deadline_margin is None else parse_duration(deadline_margin, name="deadline_margin")
+        # what the status panel shows of this run: its store is the CheckpointIO's
+        self.record = Run(self, "colabkit.torch_lightning.AutoResume", checkpoints=self.checkpoint_io.checkpoints,
+                          deadline=deadline, margin_floor=schedule.margin_floor(deadline_margin), verbose=verbose)
+        self.directory, self.save_freq, self.every = directory, save_freq, every
         self.stopped_for = None      # why training was stopped (a deadline, a signal), or None
-        self.events = []             # (wall time, event, detail)
         self._pending_rng = None     # RNG states of the checkpoint being resumed, set before its next step
         self._at_epoch_end = False   # saving at an epoch's end (the next epoch's order comes from the generators)
         self._epoch_generators = None   # (epoch, the train loader's generator states once the epoch drew from them)
         self._since_save, self._last_save_time = 0, time.time()
-        self._interrupt = None
-        self._old_handlers = {}
+        self._signals = SignalLatch()
         self._watch = None
+
+    # -- the run record (colabkit.resume.run) ----------------------------------------------------------------
+    events = recorded("events")             # (wall time, event, detail)
+    deadline = recorded("deadline")
+    margin_floor = recorded("margin_floor")
+    verbose = recorded("verbose")
+
+    @property
+    def _interrupt(self):
+        """"SIGINT" / "SIGTERM" once received (latched by the signal handler), else None."""
+        return self._signals.received
+
+    @_interrupt.setter
+    def _interrupt(self, name):
+        self._signals.received = name
 
     @property
     def state_key(self) -> str:
@@ -369,10 +383,10 @@ class AutoResume(OnExceptionCheckpoint):
             left = max(1.0, deadline.at - time.time())
             if deadline.stop_training:
                 why = f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
-                self._final_save(trainer, why, timeout=left)
+                self._final_save(trainer, why, timeout=left, event="deadline-save")
                 raise Stopped(f"{why}: saved step {trainer.global_step} and stopped training. Re-run this cell "
                               f"(trainer.fit(..., ckpt_path=\"last\")) to resume.")
-            self._save(trainer, f"before {deadline.reason}", wait=left)
+            self._save(trainer, f"before {deadline.reason}", wait=left, event="deadline-save")
             self._say(f"saved step {trainer.global_step} before {deadline.reason}; training continues")
         elif self.save_freq is not None and self._since_save >= self.save_freq:
             self._save(trainer, "save_freq", periodic=True)
@@ -418,7 +432,7 @@ class AutoResume(OnExceptionCheckpoint):
         self._epoch_generators = None
 
     # -- saving ----------------------------------------------------------------------------------------------
-    def _save(self, trainer, reason, *, wait=False, periodic=False) -> bool:
+    def _save(self, trainer, reason, *, wait=False, periodic=False, event="save") -> bool:
         io = self.checkpoint_io
         io._periodic, io._wait = periodic, wait
         try:
@@ -428,13 +442,14 @@ class AutoResume(OnExceptionCheckpoint):
         if io.last_step is None:   # buffers busy with the previous write: asked again at the next batch
             return False
         self._since_save, self._last_save_time = 0, time.time()
-        self.events.append((time.time(), "save", f"step {trainer.global_step} ({reason})"))
+        self.record.event(event, f"step {trainer.global_step} ({reason})")
         return io._committed
 
-    def _final_save(self, trainer, why, timeout=None):
-        wait = max(FINAL_WAIT_FLOOR_S, 3 * self.checkpoint_io.estimated_save_s()) if timeout is None else timeout
-        committed = self._save(trainer, why, wait=wait)
+    def _final_save(self, trainer, why, timeout=None, event="save"):
+        wait = self.record.final_wait_s(self.checkpoint_io.estimated_save_s()) if timeout is None else timeout
+        committed = self._save(trainer, why, wait=wait, event=event)
         self.stopped_for = why
+        self.record.event("stop", why)
         self.checkpoint_io.frozen = why
         where = (f"committed to {self.directory}" if committed else
                  f"NOT yet on {self.directory}: {self.checkpoint_io.checkpoints.status.last_error or 'upload running'}")
@@ -446,34 +461,14 @@ class AutoResume(OnExceptionCheckpoint):
         return trainer.fit_loop.restarting and progress.current.completed > 0
 
     def _say(self, message):
-        _say(message, self.verbose)
+        self.record.say(message)
 
     # -- signals ---------------------------------------------------------------------------------------------
     def _install_signal_handlers(self):
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-            except (ValueError, OSError):
-                continue
+        self._signals.install()
 
     def _restore_signal_handlers(self):
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers = {}
-
-    def _on_signal(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self._interrupt != name:
-            self._interrupt = name   # handled after the current batch's step: save, commit, then stop
-            return
-        # the same signal twice: stop waiting, let the previous handler act now
-        previous = self._old_handlers.get(signum, signal.SIG_DFL)
-        self._restore_signal_handlers()
-        pass_signal_on(previous, signum, frame)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        self._signals.restore()
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
