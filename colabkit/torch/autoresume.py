@@ -24,15 +24,15 @@ import time
 
 import numpy as np
 
-from .optional import require
+from ..optional import require
 
 torch = require("torch", "torch", "colabkit.torch.AutoResume")
 
-from .checkpoints import untrusted  # noqa: E402
-from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
-from .deadline import watch_for  # noqa: E402
-from .torch_state import (  # noqa: E402
+from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from ..checkpoints.buffers import SnapshotBuffers  # noqa: E402
+from ..deadline import watch_for  # noqa: E402
+from .state import (  # noqa: E402
     check_generators,
     check_optimizer_state,
     check_rng,
@@ -55,10 +55,10 @@ from .torch_state import (  # noqa: E402
     _Spec,
     _stateful,
 )
-from .resume import schedule  # noqa: E402
-from .resume.run import Run, recorded  # noqa: E402
-from .resume.signals import SignalLatch  # noqa: E402
-from .units import format_duration  # noqa: E402
+from ..resume import schedule  # noqa: E402
+from ..resume.run import Run, recorded  # noqa: E402
+from ..resume.signals import SignalLatch  # noqa: E402
+from ..units import format_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 

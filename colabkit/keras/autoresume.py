@@ -29,20 +29,20 @@ import time
 
 import numpy as np
 
-from .optional import require
+from ..optional import require
 
 keras = require("keras", "tf", "colabkit.keras.AutoResume")
 if int(keras.__version__.split(".")[0]) < 3:
     raise ImportError(f"colabkit.keras.AutoResume needs Keras 3 (TensorFlow 2.16 or newer); this environment has "
                       f"Keras {keras.__version__}. Upgrade with: pip install -U \"colabkit[tf]\"")
 
-from .checkpoints import untrusted  # noqa: E402
-from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from .checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _nbytes  # noqa: E402
-from .deadline import watch_for  # noqa: E402
-from .health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
-from .keras_input import UNTRACKED, attach as attach_input, check_saved as check_input_position  # noqa: E402
-from .keras_state import (  # noqa: E402
+from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from ..checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _nbytes  # noqa: E402
+from ..deadline import watch_for  # noqa: E402
+from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
+from .tfdata import UNTRACKED, attach as attach_input, check_saved as check_input_position  # noqa: E402
+from .state import (  # noqa: E402
     GROUPS,
     LAYOUT,
     StateLayout,
@@ -55,10 +55,10 @@ from .keras_state import (  # noqa: E402
     python_rng_to_json,
     weights_stay_arrays,
 )
-from .resume import schedule  # noqa: E402
-from .resume.run import Run, recorded  # noqa: E402
-from .resume.signals import SignalLatch  # noqa: E402
-from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
+from ..resume import schedule  # noqa: E402
+from ..resume.run import Run, recorded  # noqa: E402
+from ..resume.signals import SignalLatch  # noqa: E402
+from ..units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 
@@ -139,7 +139,7 @@ class AutoResume(keras.callbacks.Callback):
                 raise ValueError(f"Invalid value for argument `every`. Received: every={every!r}. "
                                  f"Expected None or {DURATION_FORMS}.") from None
         if double_checkpoint and (keep is None or keep == 1) and not isinstance(keep, bool):
-            from .config import load as load_settings
+            from ..config import load as load_settings
             keep = max(2, load_settings().keep if keep is None else keep)   # the previous checkpoint stays
         self.double_checkpoint = double_checkpoint
         self.directory, self.save_freq, self.every = directory, save_freq, every
@@ -202,7 +202,7 @@ class AutoResume(keras.callbacks.Callback):
         self._last_saved_step = None
         self._reapply = None          # the restore plan, applied again after the resumed epoch's on_epoch_begin
         self._checked = None          # the plan of assignments of the checkpoint _check accepted
-        self._input = UNTRACKED       # where a tf.data input stands (keras_input), attached at train begin
+        self._input = UNTRACKED       # where a tf.data input stands (tfdata.py), attached at train begin
         self._mw = None               # the multi-worker Coordinator (colabkit.cluster.multiworker) or None
 
     # -- the run record (colabkit.resume.run) --------------------------------------------------------------
@@ -486,7 +486,7 @@ class AutoResume(keras.callbacks.Callback):
                     mw = self._mw
                     self._left_by_exception(exc)
                     if mw is not None and mw.is_collective_failure(exc):
-                        from .cluster.multiworker import WorkerLost
+                        from ..cluster.multiworker import WorkerLost
                         raise WorkerLost(mw.explain(exc)) from exc
                 raise
 
@@ -510,7 +510,7 @@ class AutoResume(keras.callbacks.Callback):
             self.model.optimizer.build(self.model.trainable_variables)
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers()
-        from .cluster.multiworker import coordinator_for
+        from ..cluster.multiworker import coordinator_for
         self._mw = coordinator_for(self.model)   # a MultiWorkerMirroredStrategy run: saves are agreed on
         try:
             if self._mw is None or self._mw.is_chief:   # the chief alone writes, and holds the folder's lease
