@@ -1,4 +1,4 @@
-"""What saving a tf.data input's position costs: colabkit's seed-state capture (colabkit/keras_input.py) vs a
+"""What saving a tf.data input's position costs: colabkit's seed-state capture (colabkit/keras/tfdata.py) vs a
 whole-iterator checkpoint (tf.train.Checkpoint(iterator=...), the one alternative that is exact too), for a
 reshuffling shuffle() over 3 kB elements (784 float32), in one run.
 
@@ -44,7 +44,7 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     import tensorflow as tf
-    from colabkit.keras_input import TFDataInput, _pipeline_state
+    from colabkit.keras.tfdata import TFDataInput, _pipeline_state
 
     rows = []
     for buffer in (int(b) for b in args.buffers.split(",")):

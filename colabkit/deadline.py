@@ -71,10 +71,13 @@ def registered() -> list:
         return list(_registered)
 
 
+MARGIN_FLOOR_S = 60.0   # the least time before a deadline at which the final save starts (deadline_margin)
+
+
 class DeadlineWatch:
     """The clocks one training run listens to, and the rule for when to start the final save."""
 
-    def __init__(self, clocks: list, *, margin_floor: float = 60.0, safety_factor: float = 3.0,
+    def __init__(self, clocks: list, *, margin_floor: float = MARGIN_FLOOR_S, safety_factor: float = 3.0,
                  include_registered: bool = False):
         self.clocks = clocks
         self.include_registered = include_registered
@@ -100,7 +103,7 @@ class DeadlineWatch:
         self.handled.add(deadline.key)
 
 
-def watch_for(deadline, *, started_at: float, margin_floor: float = 60.0) -> DeadlineWatch:
+def watch_for(deadline, *, started_at: float, margin_floor: float = MARGIN_FLOOR_S) -> DeadlineWatch:
     """Build the watch for AutoResume's ``deadline`` argument.
 
     "auto": the runtime cap of this session (if any) and registered clocks (idle cutoff);

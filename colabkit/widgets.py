@@ -3,15 +3,15 @@
     colabkit.widgets.show_status()     # what %colabkit does
     panel = colabkit.widgets.StatusPanel(refresh="2s"); display(panel.widget)
 
-Rows: environment and VM age, time left to the runtime cap (a progress bar), browser presence, the idle
-cutoff, keep-alive on/off, the last checkpoint (step, age, where, upload state) of the most recent
-AutoResume / Checkpoints of this process, the next deadline save and the last one that happened; once a training
-monitor (colabkit.health) has started, a training-health row and its live plots (colabkit/health/plots.py). A daemon
-thread refreshes every open panel (widget state changes from a thread reach the browser while a training
-cell keeps the kernel busy).
+Rows: environment and VM age, time left to the runtime cap (a progress bar), browser presence, the idle cutoff,
+keep-alive on/off, the training run (which AutoResume, its last event), the last checkpoint (step, age, where,
+upload state) of the most recent AutoResume / Checkpoints of this process, the next deadline save and the last one
+that happened; once a training monitor (colabkit.health) has started, a training-health row and its live plots
+(colabkit/health/plots.py). A daemon thread refreshes every open panel (widget state changes from a thread reach the
+browser while a training cell keeps the kernel busy).
 
-AutoResume and Checkpoints objects are looked up through ``track(obj)``, a small registry of weak references
-(objects are never kept alive by it). Importing this module imports neither ipywidgets nor IPython.
+What it shows of a run comes from its run record (colabkit.resume.run: ``current()``, and ``track(obj)`` for a bare
+Checkpoints, weakly). Importing this module imports neither ipywidgets nor IPython.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import logging
 import sys
 import threading
 import time
-import weakref
 
+from .resume.run import current as current_run, track  # noqa: F401 - track: also colabkit.widgets.track
 from .units import format_duration, parse_duration
 
 log = logging.getLogger("colabkit")
@@ -30,56 +30,11 @@ log = logging.getLogger("colabkit")
 DEFAULT_REFRESH = 2.0
 MAX_LIVE_PANELS = 4      # older %colabkit panels stop refreshing (each refresh costs a little CPU)
 
-# -- the registry of AutoResume / Checkpoints objects -------------------------------------------------------
-_tracked: list = []          # weakref.ref, oldest first
-_tracked_lock = threading.Lock()
-
-
-def track(obj):
-    """Make an AutoResume or Checkpoints object visible to the status panel (weakly). Returns ``obj``."""
-    with _tracked_lock:
-        _tracked[:] = [r for r in _tracked if r() is not None]
-        if not any(r() is obj for r in _tracked):
-            _tracked.append(weakref.ref(obj))
-    return obj
-
-
-def _is_autoresume(obj) -> bool:
-    return hasattr(obj, "events") and hasattr(obj, "checkpoints")
-
-
-def _is_store(obj) -> bool:
-    return hasattr(obj, "status") and hasattr(obj, "list") and hasattr(obj, "destination")
-
 
 def latest():
     """(AutoResume or None, Checkpoints or None): the store that saved most recently and its AutoResume."""
-    with _tracked_lock:
-        objs = [o for o in (r() for r in _tracked) if o is not None]
-    resumes = [o for o in objs if _is_autoresume(o)]
-    stores = [o for o in objs if _is_store(o)] + [r.checkpoints for r in resumes]
-    api = sys.modules.get("colabkit.checkpoints.api")
-    stores += list(getattr(api, "_OPEN", ()) or ())   # open Checkpoints, also those nobody tracked
-    unique = list({id(s): s for s in stores}.values())
-    if not unique:
-        return (resumes[-1] if resumes else None), None
-
-    def activity(item):
-        index, store = item
-        info = _last_info(store)
-        return (info.created if info is not None else float("-inf"), index)
-
-    _, store = max(enumerate(unique), key=activity)
-    resume = next((r for r in reversed(resumes) if r.checkpoints is store), None)
-    return resume, store
-
-
-def _last_info(store):
-    try:
-        s = store.status
-    except Exception:  # noqa: BLE001 - a closed or half-built store
-        return None
-    return s.last_local or s.last_uploaded
+    run, store = current_run()
+    return (run.owner if run is not None else None), store
 
 
 # -- what the panel shows ------------------------------------------------------------------------------------
@@ -131,10 +86,12 @@ def snapshot() -> Snapshot:
     ka = sys.modules.get("colabkit.keepalive")
     rows.append(("keepalive", "keep-alive", ka.describe() if ka is not None else "off"))
 
-    resume, store = latest()
+    run, store = current_run()
+    if run is not None:
+        rows.append(("run", "training run", _run_text(run)))
     rows.append(("checkpoint", "last checkpoint", _checkpoint_text(store, now)))
-    rows.append(("next_save", "next deadline save", _next_save_text(e, resume, now)))
-    last = _last_deadline_save(resume)
+    rows.append(("next_save", "next deadline save", _next_save_text(e, run, now)))
+    last = _last_deadline_save(run)
     if last:
         rows.append(("last_save", "last deadline save", last))
     health = _health_monitor()
@@ -148,6 +105,14 @@ def _health_monitor():
     """The newest training monitor of this process, without importing colabkit.health when none was made."""
     module = sys.modules.get("colabkit.health.monitor")
     return None if module is None else module.current()
+
+
+def _run_text(run) -> str:
+    text = run.name
+    if run.events:
+        t, kind, detail = run.events[-1]
+        text += f" · last event {_clock(t)}: {kind}, {detail}"
+    return text
 
 
 def _checkpoint_text(store, now: float) -> str:
@@ -175,14 +140,14 @@ def _checkpoint_text(store, now: float) -> str:
     return text
 
 
-def _next_save_text(e, resume, now: float) -> str:
-    from .deadline import DeadlineWatch, RuntimeCapClock, registered
+def _next_save_text(e, run, now: float) -> str:
+    from .deadline import MARGIN_FLOOR_S, DeadlineWatch, RuntimeCapClock, registered
     clocks = [RuntimeCapClock(e)] + registered()
-    floor = getattr(resume, "margin_floor", 60.0)
+    floor = run.margin_floor if run is not None else MARGIN_FLOOR_S
     estimate = None
-    if resume is not None:
+    if run is not None:
         try:
-            estimate = resume.checkpoints.estimated_save_seconds()
+            estimate = run.checkpoints.estimated_save_seconds()
         except Exception:  # noqa: BLE001
             estimate = None
     margin = DeadlineWatch([], margin_floor=floor).margin(estimate or 0.0)
@@ -201,18 +166,14 @@ def _next_save_text(e, resume, now: float) -> str:
     when = "now" if save_at <= now else f"{_clock(save_at)} (in {format_duration(save_at - now)})"
     action = "save, then stop" if d.stop_training else "save and upload, keep training"
     text = f"{when}, before {d.reason}: {action}"
-    if resume is None or getattr(resume, "deadline", "auto") != "auto":
+    if run is None or run.deadline != "auto":
         text += " · no AutoResume(deadline=\"auto\") running"
     return text
 
 
-def _last_deadline_save(resume) -> str | None:
-    if resume is None:
-        return None
-    for t, kind, detail in reversed(list(getattr(resume, "events", []))):
-        if kind in ("stop", "deadline-save"):
-            return f"{_clock(t)}: {detail}"
-    return None
+def _last_deadline_save(run) -> str | None:
+    last = run.last_deadline_save() if run is not None else None
+    return None if last is None else f"{_clock(last[0])}: {last[1]}"
 
 
 def text() -> str:

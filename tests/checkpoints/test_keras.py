@@ -225,8 +225,8 @@ def test_signal_handlers_are_restored_when_fit_fails(tmp_path, ck_env):
 
 
 def test_final_save_is_bounded_when_the_destination_stays_down(tmp_path, ck_env, monkeypatch, capsys):
-    import colabkit.keras as ck
-    monkeypatch.setattr(ck, "FINAL_WAIT_FLOOR_S", 1.0)
+    import colabkit.resume.schedule as schedule
+    monkeypatch.setattr(schedule, "FINAL_WAIT_FLOOR_S", 1.0)
     dest = tmp_path / "dest"
     model, _ = workers.build_model(keras)
     started = time.time()

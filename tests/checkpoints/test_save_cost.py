@@ -14,8 +14,8 @@ import pytest
 
 keras = pytest.importorskip("keras")
 import colabkit  # noqa: E402
-import colabkit.keras as ck  # noqa: E402
-import colabkit.keras_state as ck_keras_state  # noqa: E402
+import colabkit.keras.autoresume as ck  # noqa: E402
+import colabkit.keras.state as ck_keras_state  # noqa: E402
 from colabkit.checkpoints import folder, npz, state as ck_state  # noqa: E402
 from colabkit.checkpoints.folder import CheckpointFolder  # noqa: E402
 from colabkit.checkpoints.manifest import MANIFEST_NAME  # noqa: E402

@@ -47,7 +47,7 @@ _IGNORE = 1   # tf.data.experimental.ExternalStatePolicy.IGNORE
 def check_saved(saved) -> None:
     """A checkpoint's input position, read from untrusted files: what ``state()`` writes, or None (an older
     colabkit's, or no tf.data input). Raises InvalidCheckpoint naming what cannot be valid."""
-    from .checkpoints import untrusted
+    from ..checkpoints import untrusted
     if saved is None:
         return
     saved = untrusted.mapping(saved, "the input position")
@@ -68,7 +68,7 @@ def check_saved(saved) -> None:
 
 
 class _Untracked:
-    """An input keras.py positions by its own rules (arrays, PyDataset, Python generators)."""
+    """An input autoresume.py positions by its own rules (arrays, PyDataset, Python generators)."""
 
     def resume(self, saved, epoch: int, batch: int, per_call: int = 1):
         return None, None
@@ -197,7 +197,7 @@ class TFDataInput:
         except Exception as exc:  # noqa: BLE001 - TensorFlow raises several kinds for a state that does not fit
             return 0, (f"the tf.data input cannot be positioned: the saved position does not fit this pipeline "
                        f"({_tf_message(exc)}); epoch {epoch} restarts at batch 0")
-        # keras.py draws the resumed epoch's first ``batch`` batches itself, whole train-function calls at a time
+        # autoresume.py draws the resumed epoch's first ``batch`` batches itself, whole train-function calls at a time
         prefix = max(0, int(saved["drawn"]) - -(-batch // per_call) * per_call)
         self._pending, self._carried = (origin, prefix), saved
         if saved.get("note"):

@@ -1,18 +1,18 @@
 """What of a Keras training state a checkpoint holds, and how it is found and copied: every variable by a
 stable path (StateLayout), host copies of variables, RNG states as JSON, and the state of other callbacks.
-colabkit/keras.py's AutoResume saves and restores with these."""
+colabkit/keras/autoresume.py's AutoResume saves and restores with these."""
 from __future__ import annotations
 
 import numpy as np
 
-from .optional import require
+from ..optional import require
 
 keras = require("keras", "tf", "colabkit.keras.AutoResume")
 
 LAYOUT = 2                          # checkpoints whose variables are matched by path (see StateLayout)
 GROUPS = ("model", "optimizer", "metrics")
 # Keras callbacks whose state a resumed run needs, and the attributes that hold it (CSVLogger: see
-# AutoResume._prepare_callbacks in keras.py; a callback with get_state()/set_state() is asked instead)
+# AutoResume._prepare_callbacks in autoresume.py; a callback with get_state()/set_state() is asked instead)
 CALLBACK_STATE = (
     ("EarlyStopping", ("wait", "stopped_epoch", "best", "best_weights", "best_epoch")),
     ("ReduceLROnPlateau", ("wait", "best", "cooldown_counter")),

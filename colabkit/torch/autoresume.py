@@ -20,20 +20,19 @@ import copy
 import logging
 import signal
 import sys
-import threading
 import time
 
 import numpy as np
 
-from .optional import require
+from ..optional import require
 
 torch = require("torch", "torch", "colabkit.torch.AutoResume")
 
-from .checkpoints import untrusted  # noqa: E402
-from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from .checkpoints.buffers import SnapshotBuffers  # noqa: E402
-from .deadline import watch_for  # noqa: E402
-from .torch_state import (  # noqa: E402
+from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from ..checkpoints.buffers import SnapshotBuffers  # noqa: E402
+from ..deadline import watch_for  # noqa: E402
+from .state import (  # noqa: E402
     check_generators,
     check_optimizer_state,
     check_rng,
@@ -56,13 +55,14 @@ from .torch_state import (  # noqa: E402
     _Spec,
     _stateful,
 )
-from .signals import pass_signal_on  # noqa: E402
-from .units import format_duration, parse_duration  # noqa: E402
+from ..resume import schedule  # noqa: E402
+from ..resume.run import Run, recorded  # noqa: E402
+from ..resume.signals import SignalLatch  # noqa: E402
+from ..units import format_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 
 FORMAT = "colabkit.torch/1"
-FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
 # objects whose saved class must match (their state dicts load into another class without an error)
 _CLASS_CHECKED = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
@@ -111,9 +111,13 @@ class AutoResume:
                     f"{name}={type(obj).__name__} has no state_dict()/load_state_dict(), so AutoResume cannot save "
                     f"and restore it. Pass modules, optimizers, LR schedulers, GradScaler, or an object of your own "
                     f"with those two methods; put plain values in ar.state[{name!r}] instead.")
+        self._dist = _distributed()         # torch.distributed with more than one process: rank 0 writes
+        self._rank = self._dist.get_rank() if self._dist is not None else 0
+        # what the status panel shows of this run (colabkit.resume.run); rank 0 alone prints
+        self.record = Run(self, "colabkit.torch.AutoResume", deadline=deadline, verbose=verbose, quiet=self._rank != 0)
         self.directory, self.save_freq, self.every, self.verbose = directory, save_freq, every, verbose
         self.deadline = deadline
-        self.margin_floor = 60.0 if deadline_margin is None else parse_duration(deadline_margin, name="deadline_margin")
+        self.margin_floor = schedule.margin_floor(deadline_margin)
         watch_for(deadline, started_at=time.time())   # validate it now, not at the first epoch
         self.objects = dict(objects)
         self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
@@ -122,7 +126,6 @@ class AutoResume:
         self.step = 0                  # batches trained in total
         self.epoch = 0                 # the current epoch
         self.batch = 0                 # batches trained in the current epoch
-        self.events = []               # (wall time, event, detail)
         self.restored = None           # what was restored (colabkit.Restored), or None
         self.stopped_for = None        # why training was stopped (a deadline, a signal), or None
         self._pending = None           # the restored checkpoint's RNG and loader states, applied at its position
@@ -133,26 +136,34 @@ class AutoResume:
         self._resumed_generators = None   # their saved states, for the first loader after an epoch-start resume
         self._since_save, self._last_save_time = 0, time.time()
         self._last_saved = None        # (step, epoch, batch) of the last save
-        self._interrupt = None
-        self._old_handlers = {}
-        self._loop_frame = None
+        self._loop_frame = None        # the frame running ``for epoch in ar.epochs(n)``
+        self._signals = SignalLatch(self._loop_running)
         self._watch = None
         self._state_nbytes = 0
         self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
-        self._dist = _distributed()         # torch.distributed with more than one process: rank 0 writes
-        self._rank = self._dist.get_rank() if self._dist is not None else 0
-        from .widgets import track
-        track(self)   # the status panel shows this run's saves and deadlines
         self._restore()
 
-    # -- helpers ---------------------------------------------------------------------------------------------
+    # -- the run record (colabkit.resume.run) ----------------------------------------------------------------
+    events = recorded("events")             # (wall time, event, detail)
+    checkpoints = recorded("checkpoints")
+    deadline = recorded("deadline")
+    margin_floor = recorded("margin_floor")
+    verbose = recorded("verbose")
+
     def _say(self, message: str):
-        log.info("colabkit: %s", message)
-        if self.verbose and self._rank == 0:
-            print(f"colabkit: {message}", flush=True)
+        self.record.say(message)
 
     def _event(self, kind: str, detail: str):
-        self.events.append((time.time(), kind, detail))
+        self.record.event(kind, detail)
+
+    @property
+    def _interrupt(self):
+        """"SIGINT" / "SIGTERM" once received (latched by the signal handler), else None."""
+        return self._signals.received
+
+    @_interrupt.setter
+    def _interrupt(self, name):
+        self._signals.received = name
 
     # -- restore ---------------------------------------------------------------------------------------------
     def _restore(self):
@@ -509,7 +520,7 @@ class AutoResume:
         return measured if measured is not None else 0.2 + self._state_nbytes / _ASSUMED_UPLOAD_BYTES_PER_S
 
     def _final_wait_s(self) -> float:
-        return max(FINAL_WAIT_FLOOR_S, 3 * self._estimated_save_s())
+        return self.record.final_wait_s(self._estimated_save_s())
 
     def _saved_where(self, committed: bool) -> str:
         if committed:
@@ -539,23 +550,14 @@ class AutoResume:
 
     # -- signals ---------------------------------------------------------------------------------------------
     def _install_signal_handlers(self):
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                previous = signal.signal(sig, self._on_signal)
-            except (ValueError, OSError):
-                continue
-            owner = getattr(previous, "__self__", None)
-            if isinstance(owner, AutoResume):   # left by a loop that ended without closing epochs(): chain past it
-                default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
-                previous = owner._old_handlers.get(sig, default) if owner is not self else default
-            self._old_handlers[sig] = previous
+        self._signals.install()
 
     def _restore_signal_handlers(self):
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers = {}
+        self._signals.restore()
+
+    @property
+    def _on_signal(self):
+        return self._signals.handle
 
     def _loop_running(self, frame) -> bool:
         """Whether the frame that iterates ``epochs()`` is on the stack at ``frame``."""
@@ -564,23 +566,6 @@ class AutoResume:
                 return True
             frame = frame.f_back
         return False
-
-    def _on_signal(self, signum, frame):
-        previous = self._old_handlers.get(signum, signal.SIG_DFL)
-        if not self._loop_running(frame if frame is not None else sys._getframe(1)):
-            # the training loop is gone (left by an exception, epochs() not closed yet): step aside
-            self._restore_signal_handlers()
-            pass_signal_on(previous, signum, frame)
-            return
-        name = signal.Signals(signum).name
-        if self._interrupt != name:
-            self._interrupt = name   # handled after the current batch's step: save, commit, then pass it on
-            return
-        # the same signal twice: stop waiting for the save and let the previous handler act now
-        self._restore_signal_handlers()
-        pass_signal_on(previous, signum, frame)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
 
 
 def _distributed():

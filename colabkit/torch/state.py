@@ -10,14 +10,14 @@ import random
 
 import numpy as np
 
-from .optional import require
+from ..optional import require
 
 torch = require("torch", "torch", "colabkit.torch")
 
-from .checkpoints import untrusted  # noqa: E402
-from .checkpoints.api import CheckpointError  # noqa: E402
-from .checkpoints.folder import InvalidCheckpoint  # noqa: E402
-from .units import DURATION_FORMS, parse_duration  # noqa: E402
+from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints.api import CheckpointError  # noqa: E402
+from ..checkpoints.folder import InvalidCheckpoint  # noqa: E402
+from ..units import DURATION_FORMS, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 

@@ -25,25 +25,24 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
 
 import numpy as np
 
-from .optional import require
+from ..optional import require
 
 keras = require("keras", "tf", "colabkit.keras.AutoResume")
 if int(keras.__version__.split(".")[0]) < 3:
     raise ImportError(f"colabkit.keras.AutoResume needs Keras 3 (TensorFlow 2.16 or newer); this environment has "
                       f"Keras {keras.__version__}. Upgrade with: pip install -U \"colabkit[tf]\"")
 
-from .checkpoints import untrusted  # noqa: E402
-from .checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from .checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _nbytes  # noqa: E402
-from .deadline import watch_for  # noqa: E402
-from .health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
-from .keras_input import UNTRACKED, attach as attach_input, check_saved as check_input_position  # noqa: E402
-from .keras_state import (  # noqa: E402
+from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from ..checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _nbytes  # noqa: E402
+from ..deadline import watch_for  # noqa: E402
+from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
+from .tfdata import UNTRACKED, attach as attach_input, check_saved as check_input_position  # noqa: E402
+from .state import (  # noqa: E402
     GROUPS,
     LAYOUT,
     StateLayout,
@@ -56,8 +55,10 @@ from .keras_state import (  # noqa: E402
     python_rng_to_json,
     weights_stay_arrays,
 )
-from .signals import pass_signal_on  # noqa: E402
-from .units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
+from ..resume import schedule  # noqa: E402
+from ..resume.run import Run, recorded  # noqa: E402
+from ..resume.signals import SignalLatch  # noqa: E402
+from ..units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 
@@ -65,7 +66,6 @@ log = logging.getLogger("colabkit")
 _POSITIONABLE_ADAPTERS = {"ArrayDataAdapter", "PyDatasetAdapter", "TorchDataLoaderAdapter",
                           "GrainDatasetAdapter"}
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
-FINAL_WAIT_FLOOR_S = 60.0            # a final save waits at least this long for its upload
 # CallbackList methods AutoResume hooks for the duration of a fit() (see _hook_callback_list)
 _LIST_HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "on_epoch_end",
                "on_test_begin", "on_test_batch_begin", "on_test_batch_end", "on_test_end", "on_train_end")
@@ -115,6 +115,8 @@ class AutoResume(keras.callbacks.Callback):
                  every=None, keep=None, deadline="auto", deadline_margin=None, keep_every=None, verbose=1,
                  local_dir=None, resume_from=None, *, backup_dir=None, monitor=False):
         super().__init__()
+        # what the status panel shows of this run (colabkit.resume.run)
+        self.record = Run(self, "colabkit.keras.AutoResume", deadline=deadline, verbose=verbose)
         if backup_dir is not None:
             if directory is not None:
                 raise TypeError(f"AutoResume got directory={directory!r} and backup_dir={backup_dir!r}; pass one "
@@ -137,23 +139,21 @@ class AutoResume(keras.callbacks.Callback):
                 raise ValueError(f"Invalid value for argument `every`. Received: every={every!r}. "
                                  f"Expected None or {DURATION_FORMS}.") from None
         if double_checkpoint and (keep is None or keep == 1) and not isinstance(keep, bool):
-            from .config import load as load_settings
+            from ..config import load as load_settings
             keep = max(2, load_settings().keep if keep is None else keep)   # the previous checkpoint stays
         self.double_checkpoint = double_checkpoint
         self.directory, self.save_freq, self.every = directory, save_freq, every
         self.deadline, self.delete_checkpoint, self.verbose = deadline, delete_checkpoint, verbose
-        self.margin_floor = 60.0 if deadline_margin is None else parse_duration(deadline_margin, name="deadline_margin")
+        self.margin_floor = schedule.margin_floor(deadline_margin)
         watch_for(deadline, started_at=time.time())  # validate the deadline now, not when fit() starts
         self._checkpoint_args = dict(keep=keep, keep_every=keep_every, local_dir=local_dir, resume_from=resume_from)
         self.checkpoints = Checkpoints(directory, **self._checkpoint_args)
         self._checkpoints_closed = False   # delete_checkpoint closed them: the next fit() opens new ones
         self.monitor = self._make_monitor(monitor)
-        from .widgets import track
-        track(self)  # the status panel shows this run's saves and deadlines
         self.restored = None          # what on_train_begin restored (colabkit.Restored) or None
-        self.events = []              # (wall time, event, detail) for timelines and the status panel
         self._buffers = _SnapshotBuffers()
-        self._old_handlers = {}       # kept across runs: one that fit() left by an exception chains to them
+        # kept across runs: a fit() left by an exception leaves its handlers, which find fit() gone (_fit_running)
+        self._signals = SignalLatch(self._fit_running, on_step_aside=self._signals_stepped_aside)
         self._callback_list = None    # the CallbackList of the coming fit(), hooked (see _hook_callback_list)
         self._hooked_run = False      # this fit() runs through those hooks
         self._in_hook = False
@@ -202,17 +202,30 @@ class AutoResume(keras.callbacks.Callback):
         self._last_saved_step = None
         self._reapply = None          # the restore plan, applied again after the resumed epoch's on_epoch_begin
         self._checked = None          # the plan of assignments of the checkpoint _check accepted
-        self._input = UNTRACKED       # where a tf.data input stands (keras_input), attached at train begin
+        self._input = UNTRACKED       # where a tf.data input stands (tfdata.py), attached at train begin
         self._mw = None               # the multi-worker Coordinator (colabkit.cluster.multiworker) or None
 
-    # -- helpers -----------------------------------------------------------------------------------------
+    # -- the run record (colabkit.resume.run) --------------------------------------------------------------
+    events = recorded("events")             # (wall time, event, detail) for timelines and the status panel
+    checkpoints = recorded("checkpoints")
+    deadline = recorded("deadline")
+    margin_floor = recorded("margin_floor")
+    verbose = recorded("verbose")
+
     def _say(self, message: str):
-        log.info("colabkit: %s", message)
-        if self.verbose:
-            print(f"colabkit: {message}", flush=True)
+        self.record.say(message)
 
     def _event(self, kind: str, detail: str):
-        self.events.append((time.time(), kind, detail))
+        self.record.event(kind, detail)
+
+    @property
+    def _interrupt(self):
+        """"SIGINT" / "SIGTERM" once received (latched by the signal handler), else None."""
+        return self._signals.received
+
+    @_interrupt.setter
+    def _interrupt(self, name):
+        self._signals.received = name
 
     def _variables(self):
         """(model, optimizer, metrics) variables: everything Keras tracks for training (see StateLayout)."""
@@ -473,7 +486,7 @@ class AutoResume(keras.callbacks.Callback):
                     mw = self._mw
                     self._left_by_exception(exc)
                     if mw is not None and mw.is_collective_failure(exc):
-                        from .cluster.multiworker import WorkerLost
+                        from ..cluster.multiworker import WorkerLost
                         raise WorkerLost(mw.explain(exc)) from exc
                 raise
 
@@ -497,7 +510,7 @@ class AutoResume(keras.callbacks.Callback):
             self.model.optimizer.build(self.model.trainable_variables)
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers()
-        from .cluster.multiworker import coordinator_for
+        from ..cluster.multiworker import coordinator_for
         self._mw = coordinator_for(self.model)   # a MultiWorkerMirroredStrategy run: saves are agreed on
         try:
             if self._mw is None or self._mw.is_chief:   # the chief alone writes, and holds the folder's lease
@@ -914,9 +927,7 @@ class AutoResume(keras.callbacks.Callback):
         return ok
 
     def _final_wait_s(self) -> float:
-        """How long a final save waits for its upload: generous, but bounded, so a destination that stays
-        down (a dropped mount cannot come back while the cell runs) does not hang the notebook."""
-        return max(FINAL_WAIT_FLOOR_S, 3 * self._estimated_save_s())
+        return self.record.final_wait_s(self._estimated_save_s())
 
     def _saved_where(self, committed: bool) -> str:
         if self._mw is not None and not self._mw.is_chief:
@@ -942,28 +953,21 @@ class AutoResume(keras.callbacks.Callback):
     def _install_signal_handlers(self):
         """Install the handlers for this fit(), called from on_train_begin. When fit() ends by an exception
         Keras calls no callback, so the handlers stay installed; they then find fit()'s frame (recorded
-        here) off the stack at the next signal and step aside (see _on_signal)."""
-        stale, self._old_handlers = self._old_handlers, {}   # non-empty: this callback's fit() ended that way
+        here) off the stack at the next signal and step aside (see colabkit.resume.signals)."""
         self._fit_frame = _fit_frame_above(sys._getframe(1)) or _FIT_FRAME_UNKNOWN
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                previous = signal.signal(sig, self._on_signal)
-            except (ValueError, OSError):
-                continue
-            owner = getattr(previous, "__self__", None)
-            if isinstance(owner, AutoResume):
-                # left behind by a fit() that ended in an exception Keras reported to no callback: chain to the
-                # handler that was there before it
-                default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
-                previous = (stale if owner is self else owner._old_handlers).get(sig, default)
-            self._old_handlers[sig] = previous
+        self._signals.install()
 
     def _restore_signal_handlers(self):
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers = {}
+        self._signals.restore()
+        self._fit_frame = None
+
+    @property
+    def _on_signal(self):
+        return self._signals.handle
+
+    def _signals_stepped_aside(self):
+        """fit() ended by an exception (no callback ran): act as if AutoResume had never been installed."""
+        self._skip_calls = 0
         self._fit_frame = None
 
     def _fit_running(self, frame) -> bool:
@@ -976,26 +980,6 @@ class AutoResume(keras.callbacks.Callback):
                 return True
             frame = frame.f_back
         return False
-
-    def _on_signal(self, signum, frame):
-        if not self._fit_running(frame if frame is not None else sys._getframe(1)):
-            # fit() ended by an exception (no callback ran): act as if AutoResume had never been installed
-            previous = self._old_handlers.get(signum, signal.SIG_DFL)
-            self._skip_calls = 0
-            self._restore_signal_handlers()
-            pass_signal_on(previous, signum, frame)
-            return
-        name = signal.Signals(signum).name
-        if self._interrupt != name:
-            self._interrupt = name   # handled at the next batch end: save, then stop
-            return
-        # the same signal twice: stop waiting for the save and let the previous handler act now
-        previous, fit_frame = self._old_handlers.get(signum, signal.SIG_DFL), self._fit_frame
-        self._restore_signal_handlers()
-        self._fit_frame = fit_frame   # fit() still runs when the previous handler returns
-        pass_signal_on(previous, signum, frame)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
 
 
 _FIT_FRAME_UNKNOWN = object()   # on_train_begin ran outside a recognised fit(): its handlers assume it runs

@@ -1,0 +1,13 @@
+"""`colabkit.keras`: crash-safe one-line resume for Keras 3 (`AutoResume`) and the training monitor (`Monitor`).
+
+    model.fit(ds, epochs=50, callbacks=[colabkit.keras.AutoResume("drive:runs/mnist")])
+
+The adapter's parts: autoresume.py (the callback), state.py (what of a Keras training state a checkpoint holds),
+tfdata.py (where a tf.data input stands). Importing this package imports Keras.
+"""
+from __future__ import annotations
+
+from ..resume.schedule import FINAL_WAIT_FLOOR_S  # noqa: F401 - read-only here; it lives in colabkit.resume.schedule
+from .autoresume import AutoResume, Monitor
+
+__all__ = ["AutoResume", "Monitor"]

@@ -1,0 +1,1 @@
+"""What every AutoResume shares, framework-free: when to save, the signal latch, the run record the panel reads."""

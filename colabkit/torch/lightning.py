@@ -1,0 +1,522 @@
+"""Lightning on colabkit's crash-safe store: a ``CheckpointIO`` plugin and an ``AutoResume`` callback.
+
+    ar = colabkit.torch_lightning.AutoResume("drive:runs/lit", save_freq=200, every="15min")
+    trainer = lightning.Trainer(callbacks=[ar], max_epochs=10)
+    trainer.fit(model, train_loader, ckpt_path="last")   # resumes from the newest committed checkpoint
+
+The callback installs its ``CheckpointIO`` (``ar.checkpoint_io``) in the trainer, so every save Lightning makes
+(``trainer.save_checkpoint``, the callback's own) goes through `colabkit.Checkpoints`: the
+commit protocol, Drive locations, background upload, retention (``keep``). Lightning's checkpoint dict is stored
+as JSON with its tensors as NumPy arrays (``.npz``); nothing is unpickled on restore. The callback adds saves every
+``save_freq`` batches and ``every`` interval, deadline saves (runtime cap, idle cutoff), and saves on SIGTERM and
+the interrupt button, each after a batch's step; it also stores the RNG states (torch, CUDA, NumPy, Python), which
+Lightning's checkpoints do not hold. ``ckpt_path="last"`` finds the store's newest checkpoint; Lightning's own
+resume (weights, optimizers, schedulers, loops, a ``StatefulDataLoader``'s position) does the rest.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..optional import require
+
+torch = require("torch", "torch", "colabkit.torch_lightning")
+lightning = require("lightning", "lightning", "colabkit.torch_lightning")
+
+from lightning.pytorch.callbacks import ModelCheckpoint, OnExceptionCheckpoint  # noqa: E402
+from lightning.pytorch.plugins.io import CheckpointIO as _LightningCheckpointIO  # noqa: E402
+from lightning.pytorch.plugins.io import TorchCheckpointIO  # noqa: E402
+from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
+
+from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from ..checkpoints.buffers import SnapshotBuffers  # noqa: E402
+from ..deadline import watch_for  # noqa: E402
+from .state import (  # noqa: E402
+    check_generators,
+    check_optimizer_state,
+    check_rng,
+    check_schedule,
+    Stopped,
+    _copy_into,
+    _decode,
+    _encode,
+    _fill,
+    _host_dtype,
+    _loader_generators,
+    _rng_state,
+    _set_generators,
+    _set_rng,
+    _Spec,
+)
+from ..resume import schedule  # noqa: E402
+from ..resume.run import Run, recorded  # noqa: E402
+from ..resume.signals import SignalLatch  # noqa: E402
+from ..units import format_duration  # noqa: E402
+
+log = logging.getLogger("colabkit")
+
+FORMAT = "colabkit.lightning/1"
+POINTER = "colabkit.lightning.pointer/1"   # the local file ckpt_path="last" resolves to: a pointer, no state
+STATE_KEY = "colabkit.AutoResume"          # the callback's entry in a checkpoint's "callbacks"
+
+
+class CheckpointIO(_LightningCheckpointIO):
+    """Lightning's checkpoint storage on `colabkit.Checkpoints` in ``directory`` ("drive:runs/x" or a folder).
+
+    ``save_checkpoint`` stores Lightning's checkpoint dict as a colabkit checkpoint (step: ``global_step``): its
+    tensors copied once into reused host buffers, written and committed in the background. Values that are
+    neither tensors, arrays nor JSON (an ``nn.Module`` in ``hyper_parameters``, say) are refused with their key.
+    ``load_checkpoint`` of the callback's pointer (what ``ckpt_path="last"`` resolves to) restores the newest
+    valid committed checkpoint; another path is read with ``torch.load(weights_only=True)``.
+    ``remove_checkpoint`` deletes nothing from the store: its retention (``keep``) decides, and never deletes
+    the last good checkpoint before a newer one is committed.
+    """
+
+    def __init__(self, directory, *, keep=None, keep_every=None, local_dir=None, resume_from=None, verbose=1):
+        self.directory, self.verbose = directory, verbose
+        self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
+                                       resume_from=resume_from)
+        self.pointer = _pointer_path(self.checkpoints)
+        self.frozen = None          # why later saves are skipped (training stopped after its final save), or None
+        self.last_step = None       # the step of the last save taken
+        self._buffers = SnapshotBuffers()
+        self._periodic = False      # set by the callback around its periodic saves: skip when buffers are busy
+        self._wait = False          # set by the callback around final saves: wait this long for the commit
+        self._committed = True
+        self._state_nbytes = 0
+        self.module = None          # the LightningModule being resumed (set by the callback), checked against
+        self._checked = None        # Lightning's checkpoint dict that _check decoded, for load_checkpoint
+        self.write_pointer()
+
+    # -- Lightning's interface -----------------------------------------------------------------------------
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        if self.frozen is not None:
+            log.info("colabkit: not saving %s: training stopped (%s) and its checkpoint is the one to resume",
+                     os.path.basename(str(path)), self.frozen)
+            return
+        if storage_options is not None:
+            raise TypeError(f"colabkit.torch_lightning.CheckpointIO takes no storage_options (got "
+                            f"{storage_options!r}); where checkpoints go is the directory it was given.")
+        _check_storable(checkpoint, "checkpoint")
+        tensors = []
+        tree = _encode(checkpoint, tensors)
+        specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
+        self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
+        periodic = self._periodic and not self._buffers.is_small(self._state_nbytes)
+        buffers = self._buffers.take(specs, wait=not periodic, reclaim=self.checkpoints._drop_pending)
+        if buffers is None:
+            self.last_step = None   # the callback asks again at the next batch
+            return
+        try:
+            for tensor, buffer in zip(tensors, buffers):
+                _copy_into(buffer, tensor)
+            state = {"format": FORMAT, "name": os.path.basename(str(path)), "checkpoint": _fill(tree, buffers)}
+        except BaseException:
+            self._buffers.give_back(buffers)
+            raise
+        step = int(checkpoint.get("global_step") or 0)
+        self._committed = self.checkpoints.save(
+            step, state, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint), wait=self._wait,
+            _copy_arrays=False, info={"reason": "lightning", "name": state["name"]},
+            _release=lambda: self._buffers.give_back(buffers))
+        self.last_step = step
+        self.write_pointer()
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None):
+        if not _is_pointer(path):
+            # a checkpoint file of Lightning's own: read without unpickling arbitrary objects
+            return TorchCheckpointIO().load_checkpoint(path, map_location=map_location, weights_only=True)
+        restored = self.checkpoints.restore(check=self._check)
+        if restored is None:
+            raise CheckpointError(f"{self.directory} holds no valid committed checkpoint to resume from (the "
+                                  f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
+                                  f"holds one.")
+        checkpoint, self._checked = self._checked, None
+        self._say(f"resuming Lightning from step {restored.step} (epoch {restored.epoch}, batch "
+                  f"{restored.batch}) in {self.directory}")
+        return checkpoint
+
+    def _check(self, restored):
+        """Everything a candidate checkpoint holds, checked before Lightning loads any of it (the store calls
+        this in restore()): a value that cannot be valid raises InvalidCheckpoint (the store warns and tries
+        the previous checkpoint); a valid checkpoint of another model raises CheckpointError."""
+        epoch, _ = untrusted.position(restored)
+        state = untrusted.mapping(restored.state, "the state")
+        if state.get("format") != FORMAT:
+            raise CheckpointError(f"{self.directory} holds a checkpoint that colabkit.torch_lightning did not write "
+                                  f"(format {state.get('format')!r}); use another folder for Lightning runs.")
+        checkpoint = untrusted.mapping(_decode(state.get("checkpoint"), "Lightning's checkpoint"),
+                                       "Lightning's checkpoint")
+        if untrusted.whole(checkpoint.get("global_step"), "its global_step") != restored.step:
+            raise untrusted.invalid("its global_step", checkpoint["global_step"],
+                                    f"the manifest's step {restored.step}")
+        if untrusted.whole(checkpoint.get("epoch"), "its epoch") != epoch and restored.epoch is not None:
+            raise untrusted.invalid("its epoch", checkpoint["epoch"], f"the manifest's epoch {epoch}")
+        weights = untrusted.mapping(checkpoint.get("state_dict"), "its state_dict")
+        for i, saved in enumerate(untrusted.sequence(checkpoint.get("optimizer_states") or [], "its optimizer_states")):
+            check_optimizer_state(saved, f"its optimizer_states[{i}]")
+        for i, saved in enumerate(untrusted.sequence(checkpoint.get("lr_schedulers") or [], "its lr_schedulers")):
+            untrusted.mapping(saved, f"its lr_schedulers[{i}]")
+        untrusted.mapping(checkpoint.get("loops") or {}, "its loops")
+        callbacks = untrusted.mapping(checkpoint.get("callbacks") or {}, "its callbacks")
+        mine = callbacks.get(STATE_KEY)
+        if mine is not None:
+            mine = untrusted.mapping(mine, "AutoResume's state")
+            check_rng(mine.get("rng"), "AutoResume's RNG states")
+            if mine.get("epoch_generators") is not None:
+                saved = untrusted.sequence(mine["epoch_generators"], "AutoResume's epoch generators")
+                if len(saved) != 2:
+                    raise untrusted.invalid("AutoResume's epoch generators", saved, "[epoch, generator states]")
+                untrusted.whole(saved[0], "AutoResume's epoch generators' epoch")
+                check_generators(saved[1], "AutoResume's epoch generators")
+            if not isinstance(mine.get("epoch_end", False), bool):
+                raise untrusted.invalid("AutoResume's epoch_end", mine["epoch_end"], "True or False")
+        if self.module is not None:
+            self._check_fits(restored, weights)
+        self._checked = checkpoint
+
+    def _check_fits(self, restored, weights):
+        """The weights against the module being resumed: the same keys (unless it loads non-strictly) and shapes."""
+        current = self.module.state_dict()
+        where = f"The checkpoint at step {restored.step} in {self.directory} does not fit this model"
+        if getattr(self.module, "strict_loading", True):
+            missing = [k for k in current if k not in weights]
+            unexpected = [k for k in weights if k not in current]
+            if missing or unexpected:
+                raise CheckpointError(f"{where}: " + (f"missing {missing[:5]}" if missing else "")
+                                      + ("; " if missing and unexpected else "")
+                                      + (f"unexpected {unexpected[:5]}" if unexpected else "")
+                                      + ". Resume with the same model, or use another folder. Nothing was restored.")
+        for key, value in current.items():
+            saved = weights.get(key)
+            if isinstance(value, torch.Tensor) and isinstance(saved, torch.Tensor) and saved.shape != value.shape:
+                raise CheckpointError(f"{where}: {key} has shape {tuple(saved.shape)} in the checkpoint and "
+                                      f"{tuple(value.shape)} now. Resume with the same model, or use another "
+                                      f"folder. Nothing was restored.")
+
+    def remove_checkpoint(self, path):
+        log.debug("colabkit: Lightning asked to remove %s; the store's retention (keep) decides instead", path)
+
+    def teardown(self):
+        """At the end of fit: wait for the newest checkpoint's upload (at least a minute), then free the folder."""
+        if not self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s())):
+            self._say(f"the newest checkpoint is not on {self.directory} yet: "
+                      f"{self.checkpoints.status.last_error or 'its upload is still running'}")
+        elif self.checkpoints.wait(0):
+            self.checkpoints.release()
+        self.write_pointer()
+
+    # -- colabkit's additions ------------------------------------------------------------------------------
+    def estimated_save_s(self) -> float:
+        measured = self.checkpoints.estimated_save_seconds()
+        return measured if measured is not None else 0.2 + self._state_nbytes / 10e6
+
+    def write_pointer(self) -> None:
+        """Keep the pointer that ``ckpt_path="last"`` resolves to: present exactly when the store holds a
+        committed checkpoint (or this process has saved one)."""
+        try:
+            has = self.last_step is not None or bool(self.checkpoints.list())
+        except OSError as e:   # Drive unreadable for a moment: the pointer stays as it is
+            log.warning("colabkit: could not list %s (%s); the ckpt_path=\"last\" pointer is left as it was",
+                        self.directory, e)
+            return
+        if has:
+            self.pointer.parent.mkdir(parents=True, exist_ok=True)
+            self.pointer.write_text(json.dumps({"format": POINTER, "directory": str(self.directory)}))
+        else:
+            self.pointer.unlink(missing_ok=True)
+
+    def _say(self, message):
+        _say(message, self.verbose)
+
+
+class AutoResume(OnExceptionCheckpoint):
+    """A Lightning callback: saves on ``save_freq`` / ``every`` / deadlines / SIGTERM / interrupt into a colabkit
+    location, and ``ckpt_path="last"`` resumes from it.
+
+    Args:
+        directory: where checkpoints go ("drive:runs/x" or a folder).
+        save_freq: also save every this many training batches (None: no batch-count saves).
+        every: also save on a wall-clock interval, e.g. "15min".
+        deadline: "auto" (save and stop before the runtime cap; also before the idle cutoff when %keepalive is
+            on), None, a time budget ("11h30m") counted from the start of training, or a datetime.
+        deadline_margin: the least time before a deadline at which the final save starts (default 60s).
+        keep, keep_every, local_dir, resume_from: as for `colabkit.Checkpoints`.
+        verbose: 1 prints one line per resume/stop; 0 is silent (logging still records).
+
+    The callback installs ``self.checkpoint_io`` in the trainer (pass your own ``CheckpointIO`` of another kind
+    and it refuses). It is a ``Checkpoint`` callback, so Lightning adds no default ``ModelCheckpoint``: it saves
+    at each training epoch's end itself, and after a batch's step (``on_train_batch_end``) when one is due. A
+    ``ModelCheckpoint`` of your own beside it is refused (its files would be in the store, not at its path), and
+    so is a trainer of several processes (``world_size > 1``: the ranks would not agree when to save).
+
+    On SIGTERM the checkpoint is saved and committed, then training ends with Lightning's ``SIGTERMException``
+    (exit status 143). On an interrupt (the notebook's stop button) and before a deadline that ends training, it
+    saves, commits and raises `Stopped` (one line in a notebook). Not KeyboardInterrupt: Lightning answers that
+    with ``sys.exit(1)`` and leaves SIGINT ignored; a second press before the save is done does just that. After
+    such a stop no other save is taken (so the end of a partial epoch is never recorded as a finished one).
+    Exceptions of other kinds save nothing: the newest committed checkpoint stays the one to resume.
+
+    Exact resume: the weights, optimizer, scheduler, loop counters (Lightning's) and the RNG states (this
+    callback's, restored just before the first training step after the resume; Lightning has fetched the first
+    batch by then, so what that fetch draws from the global RNGs, random augmentation say, is fresh). The data
+    position mid-epoch is exact with ``torchdata.stateful_dataloader.StatefulDataLoader`` (Lightning saves and
+    loads its state); with a plain DataLoader Lightning starts a fresh iterator, so the rest of that epoch sees other batches. The
+    loader's generators are stored too: mid-epoch they go on as after that epoch's shuffle, and a resume from an
+    epoch's end sets them before the next epoch's order is drawn (for a loader passed to ``fit()`` directly).
+    """
+
+    def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
+                 keep_every=None, local_dir=None, resume_from=None, verbose=1):
+        every = check_schedule(save_freq, every)
+        watch_for(deadline, started_at=time.time())   # validate it now, not at the first batch
+        self.checkpoint_io = CheckpointIO(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
+                                          resume_from=resume_from, verbose=verbose)
+        pointer = self.checkpoint_io.pointer
+        super().__init__(dirpath=str(pointer.parent), filename=pointer.stem)
+        # what the status panel shows of this run: its store is the CheckpointIO's
+        self.record = Run(self, "colabkit.torch_lightning.AutoResume", checkpoints=self.checkpoint_io.checkpoints,
+                          deadline=deadline, margin_floor=schedule.margin_floor(deadline_margin), verbose=verbose)
+        self.directory, self.save_freq, self.every = directory, save_freq, every
+        self.stopped_for = None      # why training was stopped (a deadline, a signal), or None
+        self._pending_rng = None     # RNG states of the checkpoint being resumed, set before its next step
+        self._at_epoch_end = False   # saving at an epoch's end (the next epoch's order comes from the generators)
+        self._epoch_generators = None   # (epoch, the train loader's generator states once the epoch drew from them)
+        self._since_save, self._last_save_time = 0, time.time()
+        self._signals = SignalLatch()
+        self._watch = None
+
+    # -- the run record (colabkit.resume.run) ----------------------------------------------------------------
+    events = recorded("events")             # (wall time, event, detail)
+    deadline = recorded("deadline")
+    margin_floor = recorded("margin_floor")
+    verbose = recorded("verbose")
+
+    @property
+    def _interrupt(self):
+        """"SIGINT" / "SIGTERM" once received (latched by the signal handler), else None."""
+        return self._signals.received
+
+    @_interrupt.setter
+    def _interrupt(self, name):
+        self._signals.received = name
+
+    @property
+    def state_key(self) -> str:
+        return STATE_KEY
+
+    # -- Lightning hooks -----------------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage):
+        if trainer.world_size > 1:
+            # each rank would decide on its own clock when a deadline/every/signal save is due, and
+            # trainer.save_checkpoint ends in a barrier: ranks that disagree would hang
+            raise ValueError(f"colabkit.torch_lightning.AutoResume runs in one process; this trainer has "
+                             f"world_size={trainer.world_size} (strategy {type(trainer.strategy).__name__}). Train "
+                             f"with devices=1 (and num_nodes=1), or use colabkit.torch.AutoResume in a plain "
+                             f"PyTorch loop, which agrees every save across ranks under torchrun.")
+        others = [type(c).__name__ for c in trainer.callbacks if isinstance(c, ModelCheckpoint)]
+        if others:
+            # its files would live in the store, not at its dirpath: best_model_path and ckpt_path="best" break
+            raise ValueError(f"the trainer has a {others[0]} callback beside colabkit.torch_lightning.AutoResume, "
+                             f"which stores every checkpoint in {self.directory} and saves at each epoch's end "
+                             f"itself. Remove the ModelCheckpoint from Trainer(callbacks=...); to keep a best "
+                             f"model, save its weights yourself (torch.save(model.state_dict(), ...)) when the "
+                             f"metric improves.")
+        current = trainer.strategy._checkpoint_io
+        if current is not None and current is not self.checkpoint_io and type(current) is not TorchCheckpointIO:
+            raise ValueError(f"the trainer already has a CheckpointIO plugin ({type(current).__name__}); "
+                             f"colabkit.torch_lightning.AutoResume stores checkpoints through its own "
+                             f"(ar.checkpoint_io). Remove the other plugin from Trainer(plugins=...).")
+        trainer.strategy.checkpoint_io = self.checkpoint_io
+        self.checkpoint_io.frozen = None
+        self.checkpoint_io.module = pl_module   # what a resume's checkpoint is checked against before loading
+
+    def on_train_start(self, trainer, pl_module):
+        self.stopped_for, self._interrupt = None, None
+        self._since_save, self._last_save_time = 0, time.time()
+        self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
+        loader = getattr(trainer, "train_dataloader", None)
+        stateless = loader is not None and not callable(getattr(loader, "state_dict", None))
+        if stateless and self._resumed_mid_epoch(trainer):
+            self._say(f"the training DataLoader ({type(loader).__name__}) has no state_dict: Lightning resumes this "
+                      f"epoch from a fresh iterator, so its remaining batches are not the uninterrupted run's. Use "
+                      f"torchdata.stateful_dataloader.StatefulDataLoader for an exact mid-epoch resume.")
+        if trainer.global_rank == 0:
+            self.checkpoint_io.checkpoints.claim()
+        self._install_signal_handlers()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        generators = _loader_generators(trainer.train_dataloader) if trainer.train_dataloader is not None else []
+        pending, self._pending_rng = self._pending_rng, None
+        if pending is not None:   # just before the resumed run's first step draws from them
+            _set_rng(pending["rng"])
+            saved = pending.get("epoch_generators")
+            # resumed mid-epoch: the loader's position is Lightning's (a StatefulDataLoader's state), and its
+            # generators go on as they were after this epoch's shuffle, so the next epoch's order is the same
+            if saved is not None and saved[0] == trainer.current_epoch:
+                _set_generators(saved[1], generators)
+        if self._epoch_generators is None or self._epoch_generators[0] != trainer.current_epoch:
+            # the epoch's iterator has drawn its order (and its workers' seed) from them by now
+            self._epoch_generators = (trainer.current_epoch, [g.get_state().numpy().copy() for g in generators])
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._since_save += 1
+        if self._interrupt:
+            name = self._interrupt
+            self._final_save(trainer, f"{name} received")
+            self._restore_signal_handlers()
+            if name == "SIGTERM":
+                raise SIGTERMException(128 + signal.SIGTERM)
+            # not KeyboardInterrupt: Lightning turns that into sys.exit(1) and leaves SIGINT ignored afterwards
+            raise Stopped(f"{name} received: saved step {trainer.global_step} and stopped training. Re-run this "
+                          f"cell (trainer.fit(..., ckpt_path=\"last\")) to resume.")
+        deadline = self._watch.due(self.checkpoint_io.estimated_save_s()) if self._watch is not None else None
+        if deadline is not None:
+            self._watch.mark_handled(deadline)
+            left = max(1.0, deadline.at - time.time())
+            if deadline.stop_training:
+                why = f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
+                self._final_save(trainer, why, timeout=left, event="deadline-save")
+                raise Stopped(f"{why}: saved step {trainer.global_step} and stopped training. Re-run this cell "
+                              f"(trainer.fit(..., ckpt_path=\"last\")) to resume.")
+            self._save(trainer, f"before {deadline.reason}", wait=left, event="deadline-save")
+            self._say(f"saved step {trainer.global_step} before {deadline.reason}; training continues")
+        elif self.save_freq is not None and self._since_save >= self.save_freq:
+            self._save(trainer, "save_freq", periodic=True)
+        elif self.every and time.time() - self._last_save_time >= self.every:
+            self._save(trainer, "every", periodic=True)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        # as Lightning's default ModelCheckpoint would (this callback, a Checkpoint, takes its place)
+        self._at_epoch_end = True
+        try:
+            self._save(trainer, "epoch")
+        finally:
+            self._at_epoch_end = False
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        """Resumed from an epoch's end: Lightning makes the next epoch's iterator before any other hook that can
+        reach the loader, drawing its order from the loader's generator, which this process has just seeded.
+        Put the generators where the finished epoch left them first (a DataLoader passed to fit() directly)."""
+        mine = (checkpoint.get("callbacks") or {}).get(self.state_key) or {}
+        saved = mine.get("epoch_generators")
+        loader = getattr(getattr(trainer.fit_loop, "_data_source", None), "instance", None)
+        if not mine.get("epoch_end") or saved is None or not isinstance(loader, torch.utils.data.DataLoader):
+            return
+        _set_generators(saved[1], _loader_generators(loader))
+
+    def on_exception(self, trainer, pl_module, exception):
+        # only a stop this callback did not see coming (Lightning's own SIGTERMException at an epoch's end)
+        # saves here; any other exception may have left a half-done step, so the newest checkpoint stays
+        if isinstance(exception, SIGTERMException) and self.stopped_for is None:
+            self._final_save(trainer, "SIGTERM received")
+        self._restore_signal_handlers()
+
+    def teardown(self, trainer, pl_module, stage):
+        self._restore_signal_handlers()   # never removes anything: the store keeps what it committed
+        self.checkpoint_io.module = None
+
+    def state_dict(self):
+        epoch_generators = None if self._epoch_generators is None else list(self._epoch_generators)
+        return {"rng": _rng_state(), "epoch_generators": epoch_generators, "epoch_end": self._at_epoch_end}
+
+    def load_state_dict(self, state_dict):
+        self._pending_rng = state_dict
+        self._epoch_generators = None
+
+    # -- saving ----------------------------------------------------------------------------------------------
+    def _save(self, trainer, reason, *, wait=False, periodic=False, event="save") -> bool:
+        io = self.checkpoint_io
+        io._periodic, io._wait = periodic, wait
+        try:
+            trainer.save_checkpoint(self.ckpt_path, weights_only=False)
+        finally:
+            io._periodic, io._wait = False, False
+        if io.last_step is None:   # buffers busy with the previous write: asked again at the next batch
+            return False
+        self._since_save, self._last_save_time = 0, time.time()
+        self.record.event(event, f"step {trainer.global_step} ({reason})")
+        return io._committed
+
+    def _final_save(self, trainer, why, timeout=None, event="save"):
+        wait = self.record.final_wait_s(self.checkpoint_io.estimated_save_s()) if timeout is None else timeout
+        committed = self._save(trainer, why, wait=wait, event=event)
+        self.stopped_for = why
+        self.record.event("stop", why)
+        self.checkpoint_io.frozen = why
+        where = (f"committed to {self.directory}" if committed else
+                 f"NOT yet on {self.directory}: {self.checkpoint_io.checkpoints.status.last_error or 'upload running'}")
+        self._say(f"{why}: saved step {trainer.global_step} ({where}) and stopped training. Re-run this cell to "
+                  f"resume.")
+
+    def _resumed_mid_epoch(self, trainer) -> bool:
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        return trainer.fit_loop.restarting and progress.current.completed > 0
+
+    def _say(self, message):
+        self.record.say(message)
+
+    # -- signals ---------------------------------------------------------------------------------------------
+    def _install_signal_handlers(self):
+        self._signals.install()
+
+    def _restore_signal_handlers(self):
+        self._signals.restore()
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+
+def _say(message, verbose):
+    log.info("colabkit: %s", message)
+    if verbose:
+        print(f"colabkit: {message}", flush=True)
+
+
+def _pointer_path(checkpoints) -> Path:
+    """A local file per destination, beside the store's local staging folder (a fresh VM has none until the
+    store is found to hold a checkpoint)."""
+    local = Path(checkpoints.local.path)
+    return local.parent / f"{local.name}.lightning" / "last.ckpt"
+
+
+def _is_pointer(path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return POINTER.encode() in head
+
+
+def _batch_of(checkpoint) -> int | None:
+    try:
+        return int(checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_storable(value, where):
+    """Refuse, naming the key, a value that could only be stored by pickling it."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor, np.ndarray, np.generic,
+                                           torch.dtype, torch.device)):
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(item, f"{where}[{key!r}]")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_storable(item, f"{where}[{i}]")
+        return
+    hint = (" Leave it out of the saved hyperparameters (self.save_hyperparameters(ignore=[...])) or save a name "
+            "or number instead." if "hyper_parameters" in where else
+            " Return only tensors, numbers, strings, lists and dicts from state_dict().")
+    raise CheckpointError(f"Lightning's checkpoint holds {where} of type {type(value).__name__}, which colabkit "
+                          f"stores only by pickling, and it never pickles.{hint} Nothing was saved.")
