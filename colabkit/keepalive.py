@@ -205,9 +205,8 @@ def panel(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool = 
     """The keep-alive panel (an ipywidgets VBox): honest text, bookmarklet link, copy button, the script."""
     from .optional import require
     widgets = require("ipywidgets", "notebook", "The keep-alive panel")
-    from .runtime import detect_kind
-    if detect_kind() == "colab":
-        _enable_colab_widgets()
+    from .display import prepare_widgets
+    prepare_widgets()
     seconds = parse_interval(interval)
     intro, button = panel_html(seconds, reconnect=reconnect, notify=notify)
     code = widgets.Textarea(value=script(seconds, reconnect=reconnect, notify=notify),
@@ -216,15 +215,6 @@ def panel(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: bool = 
     box = widgets.VBox([widgets.HTML(intro), widgets.HTML(button), code])
     box.add_class("colabkit-keepalive")
     return box
-
-
-def _enable_colab_widgets() -> None:
-    """On Colab, ipywidgets 8 needs the custom widget manager; harmless to call twice."""
-    try:
-        from google.colab import output
-        output.enable_custom_widget_manager()
-    except Exception as exc:  # noqa: BLE001 - an old Colab image: widgets may still render
-        log.debug("colabkit: enable_custom_widget_manager failed: %s", exc)
 
 
 def _show_panel(seconds: float, environment, presence_line: str, *, reconnect: bool = False,

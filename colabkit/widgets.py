@@ -23,6 +23,7 @@ import threading
 import time
 
 from .resume.run import current as current_run, track  # noqa: F401 - track: also colabkit.widgets.track
+from .display import in_kernel, prepare_widgets
 from .units import format_duration, parse_duration
 
 log = logging.getLogger("colabkit")
@@ -229,7 +230,7 @@ class StatusPanel:
                 return
             try:
                 snap = snapshot()
-            except Exception as exc:  # noqa: BLE001 - show the problem in the panel, keep refreshing
+            except Exception as exc:
                 log.debug("colabkit: status panel update failed", exc_info=True)
                 self.header.value = (f"{_STYLE}<b>colabkit</b> · status unavailable: "
                                      f"{html.escape(str(exc) or type(exc).__name__)}")
@@ -313,7 +314,7 @@ class _Updater:
                     next_due[id(panel)] = now + panel.refresh
                     try:
                         panel.update()
-                    except Exception:  # noqa: BLE001 - one broken panel must not stop the others
+                    except Exception:
                         log.debug("colabkit: status panel refresh failed", exc_info=True)
             time.sleep(min(0.5, min(p.refresh for p in panels)))
 
@@ -321,23 +322,12 @@ class _Updater:
 _updater = _Updater()
 
 
-def _in_kernel() -> bool:
-    if "IPython" not in sys.modules:
-        return False
-    from IPython import get_ipython
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
 def show_status(*, text_only: bool = False, refresh=DEFAULT_REFRESH):
     """Show the status: a live widget panel in a kernel with ipywidgets (text/plain fallback for frontends
     that cannot render widgets), plain text elsewhere. Returns the StatusPanel or None."""
-    if not text_only and _in_kernel():
+    if not text_only and in_kernel():
         try:
-            from .runtime import detect_kind
-            if detect_kind() == "colab":
-                from .keepalive import _enable_colab_widgets
-                _enable_colab_widgets()
+            prepare_widgets()
             panel = StatusPanel(refresh=refresh)
         except ImportError:
             panel = None

@@ -12,7 +12,8 @@ LAYERS = [
     ("ground", ["colabkit._version", "colabkit.config", "colabkit.units", "colabkit.optional", "colabkit.mounts",
                 "colabkit.runtime", "colabkit.deadline", "colabkit.display"]),
     ("locations", ["colabkit.locations"]),
-    ("store, devices, Drive", ["colabkit.checkpoints", "colabkit.devices", "colabkit.gdrive"]),
+    # portable: what a migrated notebook calls at run time (paths, Drive); migrate/ writes calls to it
+    ("store, devices, Drive", ["colabkit.checkpoints", "colabkit.devices", "colabkit.gdrive", "colabkit.portable"]),
     ("resume core", ["colabkit.resume"]),
     ("adapters, health, session", ["colabkit.keras", "colabkit.torch", "colabkit.torch_lightning", "colabkit.health",
                                    "colabkit.presence", "colabkit.keepalive", "colabkit.keepalive_page"]),

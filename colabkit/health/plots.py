@@ -175,13 +175,10 @@ def text_summary(monitor=None) -> str:
 def show(monitor=None, *, text_only: bool = False, refresh=DEFAULT_REFRESH):
     """Live plots in a kernel with ipywidgets (text/plain fallback), the text summary elsewhere.
     Returns the MonitorPanel or None."""
-    from ..widgets import _in_kernel
-    if not text_only and _in_kernel():
+    from ..display import in_kernel, prepare_widgets
+    if not text_only and in_kernel():
         try:
-            from ..runtime import detect_kind
-            if detect_kind() == "colab":
-                from ..keepalive import _enable_colab_widgets
-                _enable_colab_widgets()
+            prepare_widgets()
             panel = MonitorPanel(monitor, refresh=refresh)
         except ImportError:
             panel = None

@@ -203,7 +203,7 @@ class AutoResume(keras.callbacks.Callback):
         self._reapply = None          # the restore plan, applied again after the resumed epoch's on_epoch_begin
         self._checked = None          # the plan of assignments of the checkpoint _check accepted
         self._input = UNTRACKED       # where a tf.data input stands (tfdata.py), attached at train begin
-        self._mw = None               # the multi-worker Coordinator (colabkit.cluster.multiworker) or None
+        self._mw = None               # the multi-worker Coordinator (colabkit.keras.multiworker) or None
 
     # -- the run record (colabkit.resume.run) --------------------------------------------------------------
     events = recorded("events")             # (wall time, event, detail) for timelines and the status panel
@@ -486,7 +486,7 @@ class AutoResume(keras.callbacks.Callback):
                     mw = self._mw
                     self._left_by_exception(exc)
                     if mw is not None and mw.is_collective_failure(exc):
-                        from ..cluster.multiworker import WorkerLost
+                        from .multiworker import WorkerLost
                         raise WorkerLost(mw.explain(exc)) from exc
                 raise
 
@@ -510,7 +510,7 @@ class AutoResume(keras.callbacks.Callback):
             self.model.optimizer.build(self.model.trainable_variables)
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers()
-        from ..cluster.multiworker import coordinator_for
+        from .multiworker import coordinator_for
         self._mw = coordinator_for(self.model)   # a MultiWorkerMirroredStrategy run: saves are agreed on
         try:
             if self._mw is None or self._mw.is_chief:   # the chief alone writes, and holds the folder's lease
@@ -707,7 +707,7 @@ class AutoResume(keras.callbacks.Callback):
             return
         try:
             model._symbolic_build(data_batch=spec)
-        except Exception as exc:   # the metrics of the resumed epoch then start from zero, as before
+        except Exception as exc:  # noqa: BLE001 - the resumed epoch's metrics then start from zero, as before
             log.info("colabkit: cannot build the compiled metrics before the first step (%s); the resumed "
                      "epoch's metrics count from the resume on", exc)
         self._layout = None

@@ -156,7 +156,7 @@ def _children(obj):
         return sorted((k, v) for k, v in vars(obj).items() if not k.startswith("__"))
     try:
         return list(_walk_saveable(obj))
-    except Exception:  # an object type Keras' walker does not know: its own variables were taken already
+    except Exception:  # noqa: BLE001 - a type Keras' walker does not know: its own variables were taken already
         return []
 
 

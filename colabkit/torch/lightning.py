@@ -268,7 +268,8 @@ class AutoResume(OnExceptionCheckpoint):
     callback's, restored just before the first training step after the resume; Lightning has fetched the first
     batch by then, so what that fetch draws from the global RNGs, random augmentation say, is fresh). The data
     position mid-epoch is exact with ``torchdata.stateful_dataloader.StatefulDataLoader`` (Lightning saves and
-    loads its state); with a plain DataLoader Lightning starts a fresh iterator, so the rest of that epoch sees other batches. The
+    loads its state); with a plain DataLoader Lightning starts a fresh iterator, so the rest of that epoch sees
+    other batches. The
     loader's generators are stored too: mid-epoch they go on as after that epoch's shuffle, and a resume from an
     epoch's end sets them before the next epoch's order is drawn (for a loader passed to ``fit()`` directly).
     """
