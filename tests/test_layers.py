@@ -113,3 +113,27 @@ def test_no_import_cycle_at_import_time():
         if node not in state:
             visit(node, [])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_private_name_is_imported_from_another_package():
+    """A name shared across packages is public; a leading underscore means "only this package uses it"."""
+    known = modules()
+    found = []
+    for name, path in known.items():
+        tree = ast.parse(path.read_text())
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")
+                source = ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+            elif (node.module or "").startswith("colabkit"):
+                source = node.module
+            else:
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and source.split(".")[:2] != name.split(".")[:2]:
+                    found.append(f"{name}: from {source} import {alias.name}")
+    assert not found, "private names imported across packages:\n" + "\n".join(found)

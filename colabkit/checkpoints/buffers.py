@@ -104,7 +104,7 @@ class SnapshotBuffers:
                 self.sets_allocated += 1
                 self._free.append(buffers)
                 self._untouched.add(id(buffers))
-        return _nbytes(variables)
+        return total_nbytes(variables)
 
     def _touch_then_give_back(self, buffers: list) -> None:
         """Fault the set's pages in, in a background thread (page faults are most of the cost of a first copy
@@ -127,7 +127,7 @@ class SnapshotBuffers:
             self._cond.notify_all()
 
 
-def _nbytes(variables) -> int:
+def total_nbytes(variables) -> int:
     return sum(int(np.prod(v.shape)) * np.dtype(_dtype_name(v)).itemsize for v in variables)
 
 

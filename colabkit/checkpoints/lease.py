@@ -57,7 +57,7 @@ def in_use_message(holder: str, destination, where: str = "") -> str:
             f"f\"drive:runs/mnist-{{os.environ['COLABKIT_JOB']}}\"), or stop the other run first.")
 
 
-def _machine_id() -> str:
+def machine_id() -> str:
     """This boot of this machine: the hostname and Linux's boot id (a reboot, or another machine with the same
     name, reads as another machine)."""
     try:
@@ -71,7 +71,7 @@ def _machine_id() -> str:
 def _dead_here(record: dict) -> bool:
     """True when the record's holder ran on this machine, in this boot, and its process is gone (a killed
     run re-started on the same VM need not wait for the lease to expire)."""
-    if record["machine"] != _machine_id():
+    if record["machine"] != machine_id():
         return False
     try:
         os.kill(record["pid"], 0)
@@ -189,7 +189,7 @@ class Lease:
 
     def _record(self) -> dict:
         now = time.time()
-        return {"token": self.token, "host": socket.gethostname(), "machine": _machine_id(), "pid": os.getpid(),
+        return {"token": self.token, "host": socket.gethostname(), "machine": machine_id(), "pid": os.getpid(),
                 "started": self._started or now, "renewed": now, "beat": self._beat,
                 "location": str(self.location)}
 
@@ -212,9 +212,9 @@ class Lease:
                 self._take_over_untrusted(found)
             elif current is not None and current["token"] != self.token:
                 age = now - current["renewed"]
-                if current["machine"] == _machine_id() and current["pid"] == os.getpid():
+                if current["machine"] == machine_id() and current["pid"] == os.getpid():
                     pass   # our own, left by an earlier release that could not remove it
-                elif _known_dead_machine(current) and current["machine"] != _machine_id():
+                elif _known_dead_machine(current) and current["machine"] != machine_id():
                     # dead to Ray is not stopped: after a network cut the old job may run (and commit) on.
                     # It renews every RENEW_S; silence for two beats is the proof it stopped.
                     if self._changes_before(found, current["renewed"] + 2 * RENEW_S):

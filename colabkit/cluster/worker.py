@@ -54,9 +54,9 @@ class JobActor:
         returns where it runs (host, ip, node, gpus, env, command) and, if it could not start, "error"."""
         import ray
         context = ray.get_runtime_context()
-        from ..checkpoints.lease import _machine_id
+        from ..checkpoints.lease import machine_id
         info = {"host": socket.gethostname(), "ip": ray.util.get_node_ip_address(), "node": context.get_node_id(),
-                "machine": _machine_id(), "actor_pid": os.getpid()}
+                "machine": machine_id(), "actor_pid": os.getpid()}
         ids = [str(i) for i in ray.get_gpu_ids()]
         info["gpus"] = ids
         self.folder = Path(tempfile.mkdtemp(prefix=f"colabkit-{spec['name']}-"))

@@ -38,7 +38,7 @@ if int(keras.__version__.split(".")[0]) < 3:
 
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from ..checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, _nbytes  # noqa: E402
+from ..checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, total_nbytes  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
 from .tfdata import UNTRACKED, attach as attach_input, check_saved as check_input_position  # noqa: E402
@@ -892,7 +892,7 @@ class AutoResume(keras.callbacks.Callback):
         epoch, batch = position
         model_vars, opt_vars, metric_vars = self._variables()
         everything = [*model_vars, *opt_vars, *metric_vars]
-        self._state_nbytes = _nbytes(everything)   # optimizers built in the first step count from then on
+        self._state_nbytes = total_nbytes(everything)   # optimizers built in the first step count from then on
         periodic = reason in ("save_freq", "every")
         buffers = self._buffers.take(everything, wait=not periodic or self._buffers.is_small(self._state_nbytes),
                                      reclaim=self.checkpoints._drop_pending)

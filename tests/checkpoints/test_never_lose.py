@@ -210,7 +210,7 @@ def test_a_lease_of_a_machine_the_cluster_saw_die_is_taken_over_once_it_goes_unr
         with pytest.raises(FolderInUse, match="process 4242 on host colab-vm-1"):
             ckpt.save(1, {"w": np.ones(3)})
     # what `colabkit run --cluster` sets for the next attempt of a job whose machine died
-    monkeypatch.setenv("COLABKIT_DEAD_MACHINES", f"other-box/boot,colab-vm-1/boot,{lease._machine_id()}")
+    monkeypatch.setenv("COLABKIT_DEAD_MACHINES", f"other-box/boot,colab-vm-1/boot,{lease.machine_id()}")
 
     # dead to Ray, but its writer still renews (a network cut): a live writer, refused
     stop = threading.Event()
@@ -235,7 +235,7 @@ def test_a_lease_of_a_machine_the_cluster_saw_die_is_taken_over_once_it_goes_unr
 
     # a live process of this machine is never taken over because the cluster named this machine
     (dest / LEASE_NAME).write_text(json.dumps({
-        "token": "1" * 16, "host": socket.gethostname(), "machine": lease._machine_id(), "pid": os.getppid(),
+        "token": "1" * 16, "host": socket.gethostname(), "machine": lease.machine_id(), "pid": os.getppid(),
         "started": time.time(), "renewed": time.time() - 30, "beat": 1, "location": str(dest)}))
     with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm") as ckpt:
         with pytest.raises(FolderInUse, match=f"process {os.getppid()}"):
