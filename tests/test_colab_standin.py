@@ -181,8 +181,14 @@ def test_drive_on_colab_without_google_colab_says_what_to_do(tmp_path, monkeypat
     assert "pip install" not in message  # google.colab is not on PyPI
 
 
-@pytest.mark.parametrize("bad", ["", "   ", None, "drive:", "drive:/", "s3://bucket/x", "gdrive://"])
+@pytest.mark.parametrize("bad", ["", "   ", "drive:", "drive:/", "s3://bucket/x", "gdrive://"])
 def test_bad_locations_raise_value_error(bad):
     from colabkit import locations
     with pytest.raises(ValueError):
         locations.resolve(bad)
+
+
+def test_a_location_that_is_not_a_string_raises_type_error_naming_its_type():
+    from colabkit import locations
+    with pytest.raises(TypeError, match="NoneType; a location must be a str or a path"):
+        locations.resolve(None)
