@@ -396,6 +396,7 @@ class Checkpoints:
             claimed.append(True)
             return self.local
 
+        self._invalid_warned.clear()   # each restore says which checkpoints it could not use
         try:
             return self._restore(into, downloads, check)
         finally:

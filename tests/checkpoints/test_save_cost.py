@@ -144,13 +144,13 @@ def test_a_snapshot_waiting_behind_a_slow_upload_is_replaced_in_the_same_buffers
             if batch == 7:   # until every save of the epoch was taken (each replacing the one waiting)
                 gate.set()
 
-    auto = colabkit.keras.AutoResume(str(tmp_path / "drive"), save_freq=1, deadline=None, verbose=0,
+    auto = colabkit.keras.AutoResume(str(tmp_path / "drive" / "run"), save_freq=1, deadline=None, verbose=0,
                                      local_dir=tmp_path / "local")
     model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
     assert auto._buffers.sets_allocated == 1
     assert seqs[3:] == list(range(seqs[3], seqs[3] + 5)), f"every later save was taken when due: {seqs}"
     assert auto.checkpoints.status.saves_dropped >= 4, "each replaced the one waiting behind the upload"
-    assert CheckpointFolder(tmp_path / "drive").committed()[-1].step == 8
+    assert CheckpointFolder(tmp_path / "drive" / "run").committed()[-1].step == 8
 
 
 def test_a_small_state_is_saved_at_every_batch_a_save_is_due_even_when_writes_are_slower(tmp_path, ck_env,
@@ -206,10 +206,10 @@ def test_a_local_destination_that_fails_is_staged_and_caught_up_then_written_dir
     monkeypatch.setattr(uploader, "BACKOFF_START", 0.05)
     dest = tmp_path / "dest"
     dest.parent.mkdir(exist_ok=True)
-    dest.write_text("not a folder")          # writing there fails (ENOTDIR)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ckpt = colabkit.Checkpoints(str(dest))
+        ckpt = colabkit.Checkpoints(str(dest))   # a file there now is refused at once; one that appears later
+        dest.write_text("not a folder")          # stands in for a destination that fails (ENOTDIR)
         ckpt.save(1, {"w": np.ones(10)})
         assert not ckpt.wait(0.5)
         staged = CheckpointFolder(ckpt.local.path).committed()
