@@ -24,8 +24,8 @@ DEADLINE_EVENTS = ("stop", "deadline-save")   # the events the panel's "last dea
 class Run:
     """The record of one AutoResume (``name``, as the panel shows it): ``events`` ((wall time, kind, detail):
     "restore", "save", "deadline-save", "stop"), its store (``checkpoints``), ``deadline`` and ``margin_floor``
-    (for the panel's next deadline save) and ``verbose`` (``say`` prints only then, and only where ``quiet`` is False: rank 0 of a distributed run).
-    ``owner`` is the AutoResume (weakly). It registers itself with the panel."""
+    (for the panel's next deadline save) and ``verbose`` (``say`` prints only then, and only where ``quiet`` is
+    False: rank 0 of a distributed run). ``owner`` is the AutoResume (weakly). It registers itself with the panel."""
 
     def __init__(self, owner, name: str, *, checkpoints=None, deadline="auto",
                  margin_floor=schedule.DEADLINE_MARGIN_S, verbose=1, quiet=False):
