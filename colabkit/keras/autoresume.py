@@ -56,6 +56,7 @@ from .state import (  # noqa: E402
     weights_stay_arrays,
 )
 from ..resume import schedule  # noqa: E402
+from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
 from ..resume.run import Run, recorded  # noqa: E402
 from ..resume.signals import SignalLatch  # noqa: E402
 from ..units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
@@ -791,18 +792,20 @@ class AutoResume(keras.callbacks.Callback):
         # after an epoch's last batch the position is the next epoch's start: a resume then has no batch
         # left to skip in an epoch that would otherwise end without a single trained step
         position = (self._epoch + 1, 0) if steps and batch + 1 >= steps else (self._epoch, batch + 1)
+        policy = self._save_policy()
         deadline = self._watch.due(self._estimated_save_s())
-        every_due = bool(self.every and time.time() - self._last_save_time >= self.every)
+        every_due = policy.every_due(time.time() - self._last_save_time)
         interrupt = self._interrupt
         if self._mw is not None:   # what one worker saw, all act on, at this same batch
             local = deadline
             interrupt, deadline, every_due = self._mw.agree_on_batch_end(interrupt, deadline, every_due)
             if local is not None:
                 self._watch.mark_handled(local)
-        if interrupt:
+        decision = policy.should_save(self._step, SaveContext(self._batches_since_save, every_due, interrupt, deadline))
+        if decision.reason == "signal":
             self._final_save(position, f"{interrupt} received")
             return
-        if deadline is not None:
+        if decision.reason == "deadline":
             self._watch.mark_handled(deadline)
             if deadline.stop_training:
                 self._final_save(position, f"{deadline.reason} is {format_duration(deadline.at - time.time())} away",
@@ -812,11 +815,13 @@ class AutoResume(keras.callbacks.Callback):
                            event="deadline-save")
                 self._say(f"saved step {self._step} before {deadline.reason}; training continues")
             return
-        if self.save_freq is not False and isinstance(self.save_freq, int) and \
-                self._batches_since_save >= self.save_freq:
-            self._save(position, reason="save_freq")
-        elif every_due:
-            self._save(position, reason="every")
+        if decision:
+            self._save(position, reason=decision.reason)
+
+    def _save_policy(self) -> SavePolicy:
+        """save_freq (a number of batches; "epoch" saves are on_epoch_end's) and every, as they are set now."""
+        batches = self.save_freq if isinstance(self.save_freq, int) and not isinstance(self.save_freq, bool) else None
+        return SavePolicy(batches, self.every)
 
     def on_epoch_end(self, epoch, logs=None):
         if self._deferred():

@@ -56,6 +56,7 @@ from .state import (  # noqa: E402
     _stateful,
 )
 from ..resume import schedule  # noqa: E402
+from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
 from ..resume.run import Run, recorded  # noqa: E402
 from ..resume.signals import SignalLatch  # noqa: E402
 from ..units import format_duration  # noqa: E402
@@ -358,15 +359,14 @@ class AutoResume:
         """Save when due. True when training stops (a deadline or a signal). In a distributed run rank 0
         decides when (it keeps the clock) and every rank takes part in the save and the stop."""
         deadline = save = None
-        if self._rank == 0:
+        if self._rank == 0:   # a signal is acted on below, once every rank knows of it
             deadline = self._watch.due(self._estimated_save_s()) if self._watch is not None else None
+            policy = SavePolicy(self.save_freq, self.every)
+            decision = policy.should_save(self.step, SaveContext(
+                self._since_save, policy.every_due(time.time() - self._last_save_time), deadline=deadline))
             if deadline is not None:
                 self._watch.mark_handled(deadline)
-                save = None if deadline.stop_training else "deadline"
-            elif self.save_freq is not None and self._since_save >= self.save_freq:
-                save = "save_freq"
-            elif self.every and time.time() - self._last_save_time >= self.every:
-                save = "every"
+            save = None if decision.stop else decision.reason
         stopping, save = self._agree(deadline is not None and deadline.stop_training, save)
         if self._check_interrupt():
             return True

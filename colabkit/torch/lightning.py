@@ -56,6 +56,7 @@ from .state import (  # noqa: E402
     _Spec,
 )
 from ..resume import schedule  # noqa: E402
+from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
 from ..resume.run import Run, recorded  # noqa: E402
 from ..resume.signals import SignalLatch  # noqa: E402
 from ..units import format_duration  # noqa: E402
@@ -369,8 +370,14 @@ class AutoResume(OnExceptionCheckpoint):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._since_save += 1
-        if self._interrupt:
-            name = self._interrupt
+        name = self._interrupt
+        deadline = None
+        if not name and self._watch is not None:
+            deadline = self._watch.due(self.checkpoint_io.estimated_save_s())
+        policy = SavePolicy(self.save_freq, self.every)
+        decision = policy.should_save(trainer.global_step, SaveContext(
+            self._since_save, policy.every_due(time.time() - self._last_save_time), name, deadline))
+        if decision.reason == "signal":
             self._final_save(trainer, f"{name} received")
             self._restore_signal_handlers()
             if name == "SIGTERM":
@@ -378,8 +385,7 @@ class AutoResume(OnExceptionCheckpoint):
             # not KeyboardInterrupt: Lightning turns that into sys.exit(1) and leaves SIGINT ignored afterwards
             raise Stopped(f"{name} received: saved step {trainer.global_step} and stopped training. Re-run this "
                           f"cell (trainer.fit(..., ckpt_path=\"last\")) to resume.")
-        deadline = self._watch.due(self.checkpoint_io.estimated_save_s()) if self._watch is not None else None
-        if deadline is not None:
+        if decision.reason == "deadline":
             self._watch.mark_handled(deadline)
             left = max(1.0, deadline.at - time.time())
             if deadline.stop_training:
@@ -389,10 +395,8 @@ class AutoResume(OnExceptionCheckpoint):
                               f"(trainer.fit(..., ckpt_path=\"last\")) to resume.")
             self._save(trainer, f"before {deadline.reason}", wait=left, event="deadline-save")
             self._say(f"saved step {trainer.global_step} before {deadline.reason}; training continues")
-        elif self.save_freq is not None and self._since_save >= self.save_freq:
-            self._save(trainer, "save_freq", periodic=True)
-        elif self.every and time.time() - self._last_save_time >= self.every:
-            self._save(trainer, "every", periodic=True)
+        elif decision:
+            self._save(trainer, decision.reason, periodic=True)
 
     def on_train_epoch_end(self, trainer, pl_module):
         # as Lightning's default ModelCheckpoint would (this callback, a Checkpoint, takes its place)
