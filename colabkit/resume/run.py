@@ -35,6 +35,7 @@ class Run:
         self.checkpoints, self.deadline, self.margin_floor = checkpoints, deadline, margin_floor
         self.verbose, self.quiet = verbose, quiet
         self.events: list = []
+        self.created = time.time()
         track(self)
 
     @property
@@ -112,9 +113,15 @@ def current():
         return (runs[-1] if runs else None), None
 
     def activity(item):
+        """When the store was last active: its newest save, or a run of it starting or saying something (a run
+        that has not saved yet must not be hidden behind an older store that has)."""
         index, store = item
         info = _last_info(store)
-        return (info.created if info is not None else float("-inf"), index)
+        times = [info.created] if info is not None else []
+        for run in runs:
+            if run.checkpoints is store:
+                times += [run.created] + [t for t, _, _ in run.events[-1:]]
+        return (max(times, default=float("-inf")), index)
 
     _, store = max(enumerate(unique), key=activity)
     run = next((r for r in reversed(runs) if r.checkpoints is store), None)

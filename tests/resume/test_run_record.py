@@ -54,3 +54,17 @@ def test_the_status_text_shows_a_lightning_run_and_its_deadline_stop(tmp_path, m
     kinds = [kind for _, kind, _ in ar.events]
     assert kinds[-2:] == ["deadline-save", "stop"]
     ar.checkpoint_io.checkpoints.close()
+
+
+def test_a_run_that_has_not_saved_yet_shows_over_an_older_store_still_open(tmp_path, monkeypatch):
+    """A notebook's earlier cell left a Checkpoints open (with a save); a new Lightning run must be what the panel
+    shows from its first batch, before its own first save."""
+    import numpy as np
+
+    import colabkit
+    older = colabkit.Checkpoints(str(tmp_path / "older"))
+    older.save(1, {"w": np.ones(3)}, wait=True)
+    try:
+        test_the_status_text_shows_a_lightning_run_and_its_deadline_stop(tmp_path, monkeypatch)
+    finally:
+        older.close()
