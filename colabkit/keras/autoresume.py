@@ -57,7 +57,7 @@ from .state import (  # noqa: E402
 )
 from ..resume import schedule  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
-from ..resume.run import Run, recorded  # noqa: E402
+from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.signals import SignalLatch  # noqa: E402
 from ..units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 
@@ -72,7 +72,7 @@ _LIST_HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_t
                "on_test_begin", "on_test_batch_begin", "on_test_batch_end", "on_test_end", "on_train_end")
 
 
-class AutoResume(keras.callbacks.Callback):
+class AutoResume(RunAttributes, keras.callbacks.Callback):
     """Back up and restore training state, crash-safely, to ``directory`` ("drive:runs/x" or a folder).
 
     Accepts every argument of ``keras.callbacks.BackupAndRestore`` with the same meaning (the first four, in
@@ -206,27 +206,8 @@ class AutoResume(keras.callbacks.Callback):
         self._input = UNTRACKED       # where a tf.data input stands (tfdata.py), attached at train begin
         self._mw = None               # the multi-worker Coordinator (colabkit.keras.multiworker) or None
 
-    # -- the run record (colabkit.resume.run) --------------------------------------------------------------
-    events = recorded("events")             # (wall time, event, detail) for timelines and the status panel
+    # the run record (colabkit.resume.run): events, deadline, verbose, ... come from RunAttributes
     checkpoints = recorded("checkpoints")
-    deadline = recorded("deadline")
-    margin_floor = recorded("margin_floor")
-    verbose = recorded("verbose")
-
-    def _say(self, message: str):
-        self.record.say(message)
-
-    def _event(self, kind: str, detail: str):
-        self.record.event(kind, detail)
-
-    @property
-    def _interrupt(self):
-        """"SIGINT" / "SIGTERM" once received (latched by the signal handler), else None."""
-        return self._signals.received
-
-    @_interrupt.setter
-    def _interrupt(self, name):
-        self._signals.received = name
 
     def _variables(self):
         """(model, optimizer, metrics) variables: everything Keras tracks for training (see StateLayout)."""

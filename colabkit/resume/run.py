@@ -76,6 +76,29 @@ class recorded:
     def __set__(self, obj, value):
         setattr(obj.record, self.name, value)
 
+class RunAttributes:
+    """What every AutoResume keeps in its run record (``self.record``) and its signal latch (``self._signals``),
+    read and written as attributes of its own."""
+    events = recorded("events")             # (wall time, event, detail) for timelines and the status panel
+    deadline = recorded("deadline")
+    margin_floor = recorded("margin_floor")
+    verbose = recorded("verbose")
+
+    def _say(self, message: str):
+        self.record.say(message)
+
+    def _event(self, kind: str, detail: str):
+        self.record.event(kind, detail)
+
+    @property
+    def _interrupt(self):
+        """"SIGINT" / "SIGTERM" once received (latched by the signal handler), else None."""
+        return self._signals.received
+
+    @_interrupt.setter
+    def _interrupt(self, name):
+        self._signals.received = name
+
 
 # -- the registry the status panel reads ---------------------------------------------------------------------
 _tracked: list = []          # weakref.ref to Run and Checkpoints objects, oldest first

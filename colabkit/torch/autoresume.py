@@ -57,7 +57,7 @@ from .state import (  # noqa: E402
 )
 from ..resume import schedule  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
-from ..resume.run import Run, recorded  # noqa: E402
+from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.signals import SignalLatch  # noqa: E402
 from ..units import format_duration  # noqa: E402
 
@@ -72,7 +72,7 @@ _PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "
                  "grad_avg")
 
 
-class AutoResume:
+class AutoResume(RunAttributes):
     """Save and restore a plain PyTorch training loop, crash-safely, in ``directory`` ("drive:runs/x" or a folder).
 
     Args:
@@ -144,27 +144,8 @@ class AutoResume:
         self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
         self._restore()
 
-    # -- the run record (colabkit.resume.run) ----------------------------------------------------------------
-    events = recorded("events")             # (wall time, event, detail)
+    # the run record (colabkit.resume.run): events, deadline, verbose, ... come from RunAttributes
     checkpoints = recorded("checkpoints")
-    deadline = recorded("deadline")
-    margin_floor = recorded("margin_floor")
-    verbose = recorded("verbose")
-
-    def _say(self, message: str):
-        self.record.say(message)
-
-    def _event(self, kind: str, detail: str):
-        self.record.event(kind, detail)
-
-    @property
-    def _interrupt(self):
-        """"SIGINT" / "SIGTERM" once received (latched by the signal handler), else None."""
-        return self._signals.received
-
-    @_interrupt.setter
-    def _interrupt(self, name):
-        self._signals.received = name
 
     # -- restore ---------------------------------------------------------------------------------------------
     def _restore(self):

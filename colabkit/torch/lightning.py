@@ -57,7 +57,7 @@ from .state import (  # noqa: E402
 )
 from ..resume import schedule  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
-from ..resume.run import Run, recorded  # noqa: E402
+from ..resume.run import Run, RunAttributes  # noqa: E402
 from ..resume.signals import SignalLatch  # noqa: E402
 from ..units import format_duration  # noqa: E402
 
@@ -238,7 +238,7 @@ class CheckpointIO(_LightningCheckpointIO):
         _say(message, self.verbose)
 
 
-class AutoResume(OnExceptionCheckpoint):
+class AutoResume(RunAttributes, OnExceptionCheckpoint):
     """A Lightning callback: saves on ``save_freq`` / ``every`` / deadlines / SIGTERM / interrupt into a colabkit
     location, and ``ckpt_path="last"`` resumes from it.
 
@@ -294,21 +294,6 @@ class AutoResume(OnExceptionCheckpoint):
         self._since_save, self._last_save_time = 0, time.time()
         self._signals = SignalLatch()
         self._watch = None
-
-    # -- the run record (colabkit.resume.run) ----------------------------------------------------------------
-    events = recorded("events")             # (wall time, event, detail)
-    deadline = recorded("deadline")
-    margin_floor = recorded("margin_floor")
-    verbose = recorded("verbose")
-
-    @property
-    def _interrupt(self):
-        """"SIGINT" / "SIGTERM" once received (latched by the signal handler), else None."""
-        return self._signals.received
-
-    @_interrupt.setter
-    def _interrupt(self, name):
-        self._signals.received = name
 
     @property
     def state_key(self) -> str:
@@ -464,9 +449,6 @@ class AutoResume(OnExceptionCheckpoint):
     def _resumed_mid_epoch(self, trainer) -> bool:
         progress = trainer.fit_loop.epoch_loop.batch_progress
         return trainer.fit_loop.restarting and progress.current.completed > 0
-
-    def _say(self, message):
-        self.record.say(message)
 
     # -- signals ---------------------------------------------------------------------------------------------
     def _install_signal_handlers(self):
