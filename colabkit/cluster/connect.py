@@ -11,11 +11,15 @@ import dataclasses
 import logging
 import os
 import socket
+import time
 
 from ..jobs.spec import JobError
 
 GCS_PORT, CLIENT_PORT = 6379, 10001
 PROBE_TIMEOUT_S = 5.0
+# Ray Client starts a server process on the head for each connection; on a busy head that process can die while
+# it starts ("Initialization failure from server"), and the next connection gets a fresh one
+CLIENT_INIT_ATTEMPTS, CLIENT_INIT_BACKOFF_S = 3, 2.0
 
 
 def import_ray():
@@ -108,8 +112,7 @@ def connect(address: str):
     if host is not None:
         probe(host, port, target)
     try:
-        # job output goes to the run folder's logs, not to this terminal
-        ray.init(address=target, log_to_driver=False, logging_level=logging.WARNING)
+        _init(ray, target)
     except ConnectionError as exc:
         raise JobError(f"--cluster {address}: could not connect to a Ray cluster ({str(exc).splitlines()[0]}). "
                        f"Start one with `ray start --head` and pass its address (HOST:{GCS_PORT})."
@@ -119,6 +122,22 @@ def connect(address: str):
                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}."
                        + _auth_hint()) from None
     return ray, True
+
+
+def _init(ray, target: str) -> None:
+    """ray.init, again (with a fresh Ray Client server on the head) when a ray:// connection's server failed to
+    start; any other failure is raised at once."""
+    attempts = CLIENT_INIT_ATTEMPTS if target.startswith("ray://") else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            # job output goes to the run folder's logs, not to this terminal
+            ray.init(address=target, log_to_driver=False, logging_level=logging.WARNING)
+            return
+        except ConnectionAbortedError:
+            if attempt == attempts:
+                raise
+            ray.shutdown()
+            time.sleep(CLIENT_INIT_BACKOFF_S * attempt)
 
 
 def _auth_hint() -> str:

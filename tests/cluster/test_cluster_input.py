@@ -183,3 +183,53 @@ def test_a_process_connected_to_one_cluster_refuses_another_address(monkeypatch)
         connect.connect("127.0.0.1:6379")
     assert connect.connect("10.9.9.9:6379") == (Connected, False)   # the same cluster: reused
     assert connect.connect("auto") == (Connected, False)
+
+
+class _FlakyRayClient:
+    """Stands in for the ray module behind a Ray Client address whose head fails to start a client server
+    `failures` times (Ray raises ConnectionAbortedError "Initialization failure from server" then)."""
+
+    def __init__(self, failures: int, error=ConnectionAbortedError):
+        self.failures, self.error, self.calls, self.shutdowns = failures, error, 0, 0
+
+    def is_initialized(self):
+        return False
+
+    def init(self, address, **_):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error("Initialization failure from server:\n")
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+@pytest.fixture
+def listening_port():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield server.getsockname()[1]
+
+
+@pytest.mark.parametrize("failures, connected", [(1, True), (2, True), (3, False)])
+def test_a_ray_client_server_that_fails_to_start_is_tried_again(listening_port, monkeypatch, failures, connected):
+    ray = _FlakyRayClient(failures)
+    monkeypatch.setattr(connect, "import_ray", lambda: ray)
+    monkeypatch.setattr(connect, "CLIENT_INIT_BACKOFF_S", 0.01)
+    address = f"ray://127.0.0.1:{listening_port}"
+    if connected:
+        assert connect.connect(address) == (ray, True)
+        assert ray.calls == failures + 1 and ray.shutdowns == failures
+    else:
+        with pytest.raises(JobError, match="could not connect to a Ray cluster .Initialization failure"):
+            connect.connect(address)
+        assert ray.calls == connect.CLIENT_INIT_ATTEMPTS
+
+
+def test_a_refused_gcs_connection_is_not_tried_again(listening_port, monkeypatch):
+    ray = _FlakyRayClient(1, error=ConnectionError)
+    monkeypatch.setattr(connect, "import_ray", lambda: ray)
+    with pytest.raises(JobError, match="could not connect"):
+        connect.connect(f"127.0.0.1:{listening_port}")
+    assert ray.calls == 1
