@@ -167,6 +167,7 @@ class Monitor:
             except Exception:
                 log.debug("colabkit: health verdicts failed", exc_info=True)
         self.current_phase = "done"
+        self.owner = None     # its frame holds everything fit() was given: never keep that past the run
         self._heartbeat()
 
     def __enter__(self):
@@ -349,6 +350,7 @@ class Monitor:
             # its fit() was left by an exception (Keras calls no callback then): nothing is hung, nothing to
             # watch; the heartbeat says so, or `colabkit run` would take its staleness for a frozen process
             self.current_phase = "done"
+            self.owner = None
             self._stop.set()
             self._heartbeat()
             return

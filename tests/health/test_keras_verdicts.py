@@ -63,6 +63,27 @@ def test_compute_bound_tf_data(tf_keras):
     assert not any(v["kind"] == "input" for v in report["verdicts"])
 
 
+def test_after_fit_the_monitor_keeps_nothing_of_it_alive(tf_keras):
+    """The watchdog looks at fit()'s frame while fit() runs; once fit() returns, the data it was given is freed
+    like it is without a Monitor. (Kept alive to interpreter exit, a tf.data pipeline with background threads
+    deadlocked Python 3.10's shutdown under MirroredStrategy.)"""
+    import gc
+    import weakref
+
+    import colabkit
+    tf, keras = tf_keras
+    x, y = _arrays()
+    model = tiny_model(keras)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+    freed = weakref.ref(data)
+    monitor = colabkit.keras.Monitor(verbose=0)
+    model.fit(data, epochs=1, verbose=0, callbacks=[monitor])
+    del data
+    gc.collect()
+    assert freed() is None
+    assert monitor.report()["steps"] > 0      # and the measurements stay
+
+
 def test_python_generator_gets_the_generator_advice(tf_keras):
     keras = tf_keras[1]
     x, y = _arrays()
