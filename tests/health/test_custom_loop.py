@@ -80,7 +80,7 @@ def test_standing_down_writes_a_final_heartbeat(tmp_path, monkeypatch):
     import sys
     import threading
 
-    from colabkit.health import Monitor
+    from colabkit.health import HealthMonitor
     monkeypatch.setenv("COLABKIT_RUN_DIR", str(tmp_path))
     monkeypatch.setenv("COLABKIT_JOB", "job")
     monkeypatch.setenv("COLABKIT_JOB_ATTEMPT", "1")
@@ -88,7 +88,7 @@ def test_standing_down_writes_a_final_heartbeat(tmp_path, monkeypatch):
     def a_finished_fit():
         return sys._getframe()
 
-    mon = Monitor(gpus=False, verbose=0)
+    mon = HealthMonitor(gpus=False, verbose=0)
     mon.current_phase = "step"
     mon.owner = (threading.get_ident(), a_finished_fit())    # a frame no longer on this thread's stack
     mon._watch(time.monotonic())
@@ -99,8 +99,8 @@ def test_standing_down_writes_a_final_heartbeat(tmp_path, monkeypatch):
 def test_an_input_verdict_is_said_again_when_it_gets_worse(capsys):
     """Moderately input-bound is printed once; when the share grows past 20% the highly input-bound verdict
     is printed too (once), and easing back says nothing more. Measurements fed directly, no clock involved."""
-    from colabkit.health import Monitor
-    mon = Monitor(gpus=False, verbose=1, input_kind="generator")
+    from colabkit.health import HealthMonitor
+    mon = HealthMonitor(gpus=False, verbose=1, input_kind="generator")
     mon._step_times.extend([0.01] * 25)
 
     def measured(share):

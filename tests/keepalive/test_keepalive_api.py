@@ -29,7 +29,7 @@ for cell in json.loads(sys.argv[1]):
                     "error": type(error).__name__ if error else None,
                     "on": keepalive.is_on(), "interval": keepalive._state.interval,
                     "reconnect": keepalive._state.reconnect, "describe": keepalive.describe(),
-                    "monitor": presence.monitor() is not None, "clocks": len(deadline.registered())})
+                    "monitor": presence.running_monitor() is not None, "clocks": len(deadline.registered())})
 print("RESULTS" + json.dumps(results))
 """
 
@@ -45,7 +45,7 @@ def run_shell(cells, env=None):
 @pytest.fixture(autouse=True)
 def keepalive_off():
     yield
-    with_output = keepalive._state.on or presence.monitor() is not None
+    with_output = keepalive._state.on or presence.running_monitor() is not None
     if with_output:
         keepalive.keepalive(False)
 
@@ -127,7 +127,7 @@ def test_the_colab_path_shows_the_script_panel(colab_standin, capsys, monkeypatc
                                 "is not a Jupyter kernel started by a notebook server (no kernel-<id>.json "
                                 "connection file).")
     assert {"call": "output.enable_custom_widget_manager"} in _standin.CALLS
-    m = presence.monitor()
+    m = presence.running_monitor()
     assert m is not None and m.idle_cutoff == 90 * 60 and m in deadline.registered()
     assert m.next_deadline() is None   # presence unknown: no guessed deadline
     assert keepalive.describe().startswith("on since")
@@ -178,7 +178,7 @@ def test_callable_modules_survive_submodule_imports():
     importlib.import_module("colabkit.keepalive")
     importlib.import_module("colabkit.presence")
     assert callable(colabkit.keepalive) and colabkit.keepalive.script is keepalive.script
-    assert callable(colabkit.presence) and colabkit.presence.monitor is presence.monitor
+    assert callable(colabkit.presence) and colabkit.presence.running_monitor is presence.running_monitor
 
 
 def test_importing_these_modules_loads_no_frontend_or_framework():
