@@ -290,7 +290,7 @@ def test_drive_colon_gdrive_and_link_sources(tmp_path, gdrive, links, monkeypatc
     out = colabkit.stage("drive:data", tmp_path / "via-mount", quiet=True)
     assert tree(out) == tree(data)
     # the same tree on Drive's API, and as a share link
-    from drive_api import FOLDER
+    from tests.standins.drive_api import FOLDER
     ds = gdrive.state.add("datasets", mime=FOLDER)
     links.folder(data, title="mnist", parent=ds["id"])
     out = colabkit.stage("gdrive://datasets/mnist", tmp_path / "via-api", quiet=True)
