@@ -24,6 +24,11 @@ _LAZY = {
     "CheckpointError": ("colabkit.checkpoints", "CheckpointError"),
     "run_demo": ("colabkit.demo", "run_demo"),
     "config": ("colabkit.config", None),
+    # packages README.md names as colabkit.X.Y (colabkit.checkpoints.InvalidCheckpoint, colabkit.gdrive.TIMEOUT_S,
+    # colabkit.jobs.run_jobs): reachable after a plain `import colabkit`, as colabkit.keras is
+    "checkpoints": ("colabkit.checkpoints", None),
+    "gdrive": ("colabkit.gdrive", None),
+    "jobs": ("colabkit.jobs", None),
     "gpus": ("colabkit.devices", "gpus"),
     "use_gpus": ("colabkit.devices", "use_gpus"),
     "strategy": ("colabkit.devices", "strategy"),

@@ -48,9 +48,18 @@ from .keepalive_page import (  # noqa: F401 - re-exported: colabkit.keepalive.sc
     parse_interval,
     script,
 )
-from .keepalive_page import short_duration as _short
 
 log = logging.getLogger("colabkit")
+
+
+def _typed_interval(seconds: float) -> str:
+    """'60s', '0.5s', '2min', '1.5h': an interval the way a user would type it (health's short_duration is
+    another form, for step times)."""
+    if seconds >= 3600 and seconds % 360 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}min"
+    return f"{seconds:g}s"
 
 
 OFFICIAL_ROUTES = (
@@ -69,7 +78,7 @@ def honest_text(interval: float, reconnect: bool = False, notify: bool = True) -
             "a row and 3 reconnects an hour)" if reconnect else f"does not reconnect: it tells you ({told})")
     return (
         f"Best-effort; nothing Google documents or promises. This script runs in your Colab tab (not in the "
-        f"notebook). It checks the toolbar every {_short(interval)} or a little later. While the runtime is "
+        f"notebook). It checks the toolbar every {_typed_interval(interval)} or a little later. While the runtime is "
         f"connected it clicks nothing, so it does not try to make Colab count you as active (what Colab counts "
         f"is not published); it is there to tell you at once when something needs you. When the runtime is gone "
         f"(the button says Connect or Reconnect, or a \"Runtime disconnected\" dialog is open) it {gone}. It "
@@ -107,8 +116,8 @@ def describe() -> str:
     since = time.strftime("%H:%M", time.localtime(_state.since))
     if _state.kind == "colab":
         gone = "reconnects" if _state.reconnect else "tells you, no reconnect"
-        return (f"on since {since}: script handed out (checks every {_short(_state.interval)} while it runs in "
-                f"your Colab tab; runtime gone: {gone}); presence monitored")
+        return (f"on since {since}: script handed out (checks every {_typed_interval(_state.interval)} while it runs "
+                f"in your Colab tab; runtime gone: {gone}); presence monitored")
     return f"on since {since}: presence monitored (no browser script needed here)"
 
 
@@ -139,7 +148,7 @@ def keepalive(interval=DEFAULT_INTERVAL, *, reconnect: bool = False, notify: boo
         _state.on, _state.interval, _state.since, _state.kind = True, seconds, time.time(), environment.kind
         _state.reconnect = bool(reconnect)
     p = monitor.current
-    presence_line = f"presence detection started (every {_short(poll_s)}): {p.text()}"
+    presence_line = f"presence detection started (every {_typed_interval(poll_s)}): {p.text()}"
     if show_script or (show_script is None and environment.kind == "colab"):
         _show_panel(seconds, environment, presence_line, reconnect=bool(reconnect), notify=bool(notify))
         return

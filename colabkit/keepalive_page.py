@@ -387,15 +387,6 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
 """
 
 
-def short_duration(seconds: float) -> str:
-    """'60s', '0.5s', '2min', '1.5h' style: the way a user would type it."""
-    if seconds >= 3600 and seconds % 360 == 0:
-        return f"{seconds / 3600:g}h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds / 60:g}min"
-    return f"{seconds:g}s"
-
-
 def parse_interval(value) -> float:
     """Seconds between checks; raises ValueError with one clear line for anything else."""
     try:

@@ -489,7 +489,7 @@ _monitor: PresenceMonitor | None = None
 _module_lock = threading.Lock()
 
 
-def monitor() -> PresenceMonitor | None:
+def running_monitor() -> PresenceMonitor | None:
     """The running monitor started by ``start()`` (or %keepalive), or None."""
     m = _monitor
     return m if m is not None and m.running else None
@@ -545,7 +545,7 @@ _last_oneshot: Presence | None = None
 def current(max_age: float = DEFAULT_POLL) -> Presence:
     """The latest Presence: the monitor's if one runs, else a one-shot check (cached ``max_age`` seconds)."""
     global _last_oneshot
-    m = monitor()
+    m = running_monitor()
     if m is not None:
         return m.current
     cached = _last_oneshot

@@ -10,8 +10,8 @@ that happened; once a training monitor (colabkit.health) has started, a training
 (colabkit/health/plots.py). A daemon thread refreshes every open panel (widget state changes from a thread reach the
 browser while a training cell keeps the kernel busy).
 
-What it shows of a run comes from its run record (colabkit.resume.run: ``current()``, and ``track(obj)`` for a bare
-Checkpoints, weakly). Importing this module imports neither ipywidgets nor IPython.
+What it shows of a run comes from its run record (colabkit.resume.run: ``latest_run_and_store()``, and ``track(obj)``
+for a bare Checkpoints, weakly). Importing this module imports neither ipywidgets nor IPython.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from .resume.run import current as current_run, track  # noqa: F401 - track: also colabkit.widgets.track
+from .resume.run import latest_run_and_store, track  # noqa: F401 - track: also colabkit.widgets.track
 from .display import in_kernel, prepare_widgets
 from .units import format_duration, parse_duration
 
@@ -34,13 +34,13 @@ MAX_LIVE_PANELS = 4      # older %colabkit panels stop refreshing (each refresh 
 
 def latest():
     """(AutoResume or None, Checkpoints or None): the store that saved most recently and its AutoResume."""
-    run, store = current_run()
+    run, store = latest_run_and_store()
     return (run.owner if run is not None else None), store
 
 
 # -- what the panel shows ------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class Snapshot:
+class StatusSnapshot:
     kind: str
     rows: list            # [(key, label, text)]
     cap_fraction: float | None
@@ -52,10 +52,10 @@ def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
-def snapshot() -> Snapshot:
+def snapshot() -> StatusSnapshot:
     """Everything the panel shows, as plain values (also used for the text form)."""
     from .runtime import env
-    from .presence import ABSENT, ATTACHED, current, idle_label, monitor
+    from .presence import ABSENT, ATTACHED, current, idle_label, running_monitor
 
     now = time.time()
     e = env()
@@ -68,7 +68,7 @@ def snapshot() -> Snapshot:
     rows.append(("runtime", "runtime cap", cap_text))
 
     p = current()
-    watched = monitor() is not None
+    watched = running_monitor() is not None
     browser = p.text() + (f" · checked {_clock(p.checked_at)}" if p.state != "unknown" else "")
     rows.append(("browser", "browser", browser + ("" if watched else " (not monitored: run %keepalive)")))
 
@@ -87,7 +87,7 @@ def snapshot() -> Snapshot:
     ka = sys.modules.get("colabkit.keepalive")
     rows.append(("keepalive", "keep-alive", ka.describe() if ka is not None else "off"))
 
-    run, store = current_run()
+    run, store = latest_run_and_store()
     if run is not None:
         rows.append(("run", "training run", _run_text(run)))
     rows.append(("checkpoint", "last checkpoint", _checkpoint_text(store, now)))
@@ -99,13 +99,13 @@ def snapshot() -> Snapshot:
     if health is not None:
         report = health.report()
         rows.append(("health", "training health", f"{report['steps']} steps · {report['verdict']}"))
-    return Snapshot(kind=e.kind, rows=rows, cap_fraction=cap_fraction, cap_text=cap_text, taken_at=now)
+    return StatusSnapshot(kind=e.kind, rows=rows, cap_fraction=cap_fraction, cap_text=cap_text, taken_at=now)
 
 
 def _health_monitor():
     """The newest training monitor of this process, without importing colabkit.health when none was made."""
-    module = sys.modules.get("colabkit.health.monitor")
-    return None if module is None else module.current()
+    module = sys.modules.get("colabkit.health.health_monitor")
+    return None if module is None else module.latest_monitor()
 
 
 def _run_text(run) -> str:

@@ -90,11 +90,13 @@ def colab_standin(monkeypatch, tmp_path):
 @pytest.fixture(scope="session")
 def chromium():
     """A headless Chromium (tests/browser.py) for the whole session; skipped where Playwright or it is missing."""
-    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (Debian package 'chromium')")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
+    with pytest.MonkeyPatch.context() as mp:   # session-wide, so not the per-test monkeypatch
+        if "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD" not in os.environ:
+            mp.setenv("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        sync_api = pytest.importorskip("playwright.sync_api")
+        if not Path(CHROMIUM).exists():
+            pytest.skip(f"no Chromium at {CHROMIUM} (Debian package 'chromium')")
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            yield browser
+            browser.close()

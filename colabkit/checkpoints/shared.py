@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..gdrive.links import LinkError, download, extract_archive, is_archive, parse_link
+from ..gdrive.links import LinkError, download_shared, extract_archive, is_archive, parse_link
 from . import manifest as _manifest
 from .folder import _NAME, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, new_name
 
@@ -49,7 +49,7 @@ def pull_checkpoint(url: str, into: CheckpointFolder, *, quiet: bool = True) -> 
     into.path.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".shared-", dir=into.path.parent))
     try:
-        got = download(kind, file_id, tmp, quiet=quiet)
+        got = download_shared(kind, file_id, tmp, quiet=quiet)
         if kind == "file":
             if not is_archive(got.name):
                 raise LinkError(f"{url} is a file named {got.name!r}, not a checkpoint; share the checkpoint folder "

@@ -63,7 +63,7 @@ def is_link(text) -> bool:
     return isinstance(text, str) and text.strip().lower().startswith(("http://", "https://"))
 
 
-def download(kind: str, file_id: str, into: Path, *, quiet: bool) -> Path:
+def download_shared(kind: str, file_id: str, into: Path, *, quiet: bool) -> Path:
     """Download the shared ``kind`` ("folder" or "file", as parse_link says) into the empty folder ``into``;
     returns the file or folder written there. Raises LinkError."""
     gdown = require("gdown", "drive", "Downloading Google Drive shared links")
@@ -118,7 +118,7 @@ def fetch(url: str, dest, *, quiet: bool = False) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.fetch-", dir=dest.parent))
     try:
-        got = download(kind, file_id, tmp, quiet=quiet)
+        got = download_shared(kind, file_id, tmp, quiet=quiet)
         if kind == "folder":
             if dest.exists():
                 dest.rmdir()

@@ -9,21 +9,23 @@
     model.fit(ds, callbacks=[colabkit.keras.Monitor()])            # Keras
     model.fit(ds, callbacks=[colabkit.keras.AutoResume("drive:runs/x", monitor=True)])
 
-Modules: monitor.py (the measurements and report), sampler.py (NVML through colabkit.devices.nvml, and
-psutil), verdicts.py (thresholds and advice), watchdog.py (hang budgets, stack dumps, heartbeat),
-keras_monitor.py (the Keras callback), plots.py (live plots: matplotlib into an ipywidgets Image; text in a
-terminal). Importing this package imports no framework, NVML or matplotlib.
+Modules: health_monitor.py (HealthMonitor: the measurements and report; ``monitor()`` here starts one),
+sampler.py (NVML through colabkit.devices.nvml, and psutil), verdicts.py (thresholds and advice), watchdog.py
+(hang budgets, stack dumps, heartbeat), keras_monitor.py (the Keras callback, ``colabkit.keras.Monitor``),
+plots.py (live plots: matplotlib into an ipywidgets Image; text in a terminal). Importing this package imports
+no framework, NVML or matplotlib.
 """
 from __future__ import annotations
 
-from .monitor import Monitor, current
+from .health_monitor import HealthMonitor, latest_monitor
 
-__all__ = ["Monitor", "current", "monitor"]
+__all__ = ["HealthMonitor", "latest_monitor", "monitor"]
 
 
-def monitor(directory=None, **options) -> Monitor:
-    """A started :class:`Monitor` for a custom training loop (also a context manager that stops it).
+def monitor(directory=None, **options) -> HealthMonitor:
+    """``colabkit.monitor()``: a started :class:`HealthMonitor` for a custom training loop (also a context
+    manager that stops it).
 
-    Options: see :class:`colabkit.health.Monitor` (hang_timeout="auto"|"off"|"10min", hang_floor, hang_ceiling,
-    first_step_timeout, sample_every, gpus, verbose, input_kind)."""
-    return Monitor(directory, **options).start()
+    Options: see :class:`colabkit.health.HealthMonitor` (hang_timeout="auto"|"off"|"10min", hang_floor,
+    hang_ceiling, first_step_timeout, sample_every, gpus, verbose, input_kind)."""
+    return HealthMonitor(directory, **options).start()

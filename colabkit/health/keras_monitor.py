@@ -29,7 +29,7 @@ import threading
 import time
 
 from ..optional import require
-from .monitor import Monitor as HealthMonitor
+from .health_monitor import HealthMonitor
 
 keras = require("keras", "tf", "colabkit.keras.Monitor")
 
@@ -41,7 +41,7 @@ JAX_NOTE = ("not measured with Keras' JAX back end (it fetches each batch inside
 
 
 class Monitor(keras.callbacks.Callback):
-    """Measure training health during fit(): see :class:`colabkit.health.Monitor` for the options
+    """Measure training health during fit(): see :class:`colabkit.health.HealthMonitor` for the options
     (directory, hang_timeout, hang_floor, hang_ceiling, first_step_timeout, sample_every, gpus, verbose).
 
     ``report()`` / ``text()`` as there; ``health`` is the underlying monitor (plots, %monitor).

@@ -23,7 +23,7 @@ import threading
 import time
 
 from ..units import parse_duration
-from .monitor import current
+from .health_monitor import latest_monitor
 
 log = logging.getLogger("colabkit")
 
@@ -126,7 +126,7 @@ class MonitorPanel:
         return getattr(self.widget, "comm", None) is None
 
     def _target(self):
-        return self.monitor if self.monitor is not None else current()
+        return self.monitor if self.monitor is not None else latest_monitor()
 
     def update(self) -> None:
         with self._lock:
@@ -166,7 +166,7 @@ class MonitorPanel:
 
 def text_summary(monitor=None) -> str:
     """The compact text form (terminals, text-only frontends)."""
-    mon = monitor if monitor is not None else current()
+    mon = monitor if monitor is not None else latest_monitor()
     if mon is None:
         return "colabkit health: no monitor has run in this process yet"
     return mon.text()

@@ -23,14 +23,13 @@ from ..devices.nvml import SourceUnavailable, call, open_nvml, text, visible_han
 
 log = logging.getLogger("colabkit")
 
-# clock-event reason bits (nvmlClocksEventReason*; the same values as the older *ThrottleReason* names)
+# clock-event reason bits (nvmlClocksEventReason*; the same values as the older *ThrottleReason* names); the bits
+# not listed are not slowdowns and are ignored: 0x1 GpuIdle, 0x2 ApplicationsClocksSetting, 0x10 SyncBoost,
+# 0x100 DisplayClockSetting
 REASONS = {
     0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
     0x80: "hw_power_brake_slowdown",
 }
-IGNORED_REASONS = 0x1 | 0x2 | 0x10 | 0x100   # GpuIdle, ApplicationsClocksSetting, SyncBoost, DisplayClockSetting
-THERMAL_REASONS = {"sw_thermal_slowdown", "hw_thermal_slowdown"}
-POWER_REASONS = {"sw_power_cap", "hw_power_brake_slowdown"}
 
 
 @dataclasses.dataclass

@@ -31,7 +31,6 @@ DEFAULT_FLOOR = 60.0
 DEFAULT_CEILING = 2 * 3600.0
 DEFAULT_FIRST = 30 * 60.0
 STEP_MEDIAN_FACTOR, STEP_MAX_FACTOR, PHASE_FACTOR = 10.0, 3.0, 3.0
-PHASES = ("first", "step", "validation", "checkpoint", "epoch_end")
 
 
 def short_duration(seconds: float) -> str:

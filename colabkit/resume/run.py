@@ -1,8 +1,9 @@
 """The run record: what an AutoResume did (events, messages) and what the status panel shows of it.
 
 Every AutoResume (Keras, PyTorch, Lightning) keeps one `Run` and writes its events and messages there; the status
-panel (colabkit.widgets, ``%colabkit``) reads them through ``current()``. ``track(obj)`` makes a run, an AutoResume
-or a bare ``Checkpoints`` visible to the panel; the registry holds weak references (nothing is kept alive by it).
+panel (colabkit.widgets, ``%colabkit``) reads them through ``latest_run_and_store()``. ``track(obj)`` makes a run, an
+AutoResume or a bare ``Checkpoints`` visible to the panel; the registry holds weak references (nothing is kept alive
+by it).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import weakref
 
 from . import schedule
 
-__all__ = ["Run", "current", "recorded", "track"]
+__all__ = ["Run", "latest_run_and_store", "recorded", "track"]
 
 log = logging.getLogger("colabkit")
 
@@ -121,7 +122,7 @@ def _is_store(obj) -> bool:
     return hasattr(obj, "status") and hasattr(obj, "list") and hasattr(obj, "destination")
 
 
-def current():
+def latest_run_and_store():
     """(Run or None, Checkpoints or None): the store that saved most recently and the run writing to it (the
     newest run when no store is known)."""
     with _tracked_lock:

@@ -40,7 +40,7 @@ class Stopped(Exception):
     `colabkit.torch_lightning`. In IPython it shows as one line, not a traceback."""
 
     def _render_traceback_(self):   # IPython's hook: the message is the whole story (what was saved, what to do)
-        return [f"colabkit.Stopped: {self}"]
+        return [f"colabkit.torch.Stopped: {self}"]
 
 
 def check_schedule(save_freq, every):

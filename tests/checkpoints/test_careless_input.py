@@ -6,7 +6,6 @@ import os
 import threading
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest

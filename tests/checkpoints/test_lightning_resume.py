@@ -294,7 +294,7 @@ def test_the_interrupt_button_saves_then_stops_with_one_line_and_leaves_sigint_w
     with pytest.raises(colabkit.torch_lightning.Stopped, match="SIGINT received: saved step 3.*Re-run") as info:
         trainer.fit(model, loader)
     assert signal.getsignal(signal.SIGINT) is before
-    assert info.value._render_traceback_() == [f"colabkit.Stopped: {info.value}"]
+    assert info.value._render_traceback_() == [f"colabkit.torch.Stopped: {info.value}"]
     assert [(c.step, c.batch) for c in colabkit.Checkpoints(tmp_path / "run").list()] == [(3, 3)]
 
 

@@ -14,9 +14,9 @@ import pytest
 
 keras = pytest.importorskip("keras")
 import colabkit  # noqa: E402
-import colabkit.keras.autoresume as ck  # noqa: E402
 import colabkit.keras.state as ck_keras_state  # noqa: E402
-from colabkit.checkpoints import folder, npz, state as ck_state  # noqa: E402
+from colabkit.checkpoints import folder, npz  # noqa: E402
+from colabkit.checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from colabkit.checkpoints.folder import CheckpointFolder  # noqa: E402
 from colabkit.checkpoints.manifest import MANIFEST_NAME  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
@@ -45,6 +45,26 @@ def state_nbytes(model):
     return sum(np.asarray(v.numpy()).nbytes for v in [*model.variables, *model.optimizer.variables])
 
 
+def saves_taken(auto) -> int:
+    """The saves AutoResume has taken so far: the save events of its timeline (what the status panel shows)."""
+    return sum(1 for _, kind, _ in auto.events if kind.endswith("save"))
+
+
+NUMPY_TRACE_DOMAIN = 389047   # NumPy reports the memory of array data to tracemalloc under this domain
+
+
+def snapshot_sets(train, model) -> float:
+    """Host memory the snapshots still hold after ``train()``, in training states (1.0: one set of buffers the
+    size of the state): the NumPy data allocated while it ran and alive at its end, as tracemalloc sees it."""
+    tracemalloc.start()
+    try:
+        train()
+        held = tracemalloc.take_snapshot().filter_traces([tracemalloc.DomainFilter(True, NUMPY_TRACE_DOMAIN)])
+    finally:
+        tracemalloc.stop()
+    return sum(trace.size for trace in held.traces) / state_nbytes(model)
+
+
 class SlowWriter:
     """Holds every background write of arrays.npz until released, so that saves arrive while the previous
     snapshot is still being written."""
@@ -70,7 +90,7 @@ def test_a_save_while_the_previous_is_written_takes_no_second_set_and_resume_is_
 
     class Watch(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            saves.append(auto.checkpoints._seq)
+            saves.append(saves_taken(auto))
             if batch == 1:   # the set asked for at batch 0 is touched (microseconds here) before this batch's save
                 time.sleep(0.1)
             if batch == 2:   # that snapshot is being written (held), not waiting to be, before this batch's save
@@ -87,16 +107,14 @@ def test_a_save_while_the_previous_is_written_takes_no_second_set_and_resume_is_
     finally:
         tracemalloc.stop()
     nbytes = state_nbytes(model)
-    assert auto._buffers.sets_allocated == 1, "one set of snapshot buffers by default"
-    assert peak < 1.5 * nbytes, f"snapshots took {peak} bytes of host memory for {nbytes} bytes of state"
+    assert peak < 1.5 * nbytes, f"snapshots took {peak} bytes of host memory for {nbytes} bytes of state: " \
+                                "one set of snapshot buffers by default"
     assert saves[8] == 1 and set(saves[:9]) <= {0, 1}, f"saves due during the first write waited: {saves}"
     assert saves[9] == 2, f"and were taken once it was written: {saves}"
     # the final save (end of training) waited for the set and holds the last state
     resumed = wide_model(512)
     again = colabkit.keras.AutoResume(str(tmp_path / "run"), deadline=None, verbose=0)
-    again.set_model(resumed)
-    again.on_train_begin()
-    again._restore_signal_handlers()
+    resumed.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[again])  # nothing left
     assert again.restored.step == 12
     for a, b in zip([*model.variables, *model.optimizer.variables], [*resumed.variables, *resumed.optimizer.variables]):
         np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))
@@ -105,22 +123,23 @@ def test_a_save_while_the_previous_is_written_takes_no_second_set_and_resume_is_
 def test_spare_buffer_sets_trade_memory_for_taking_every_save_at_once(tmp_path, ck_env, monkeypatch,
                                                                       skips_busy_saves):
     monkeypatch.setenv("COLABKIT_SNAPSHOT_BUFFERS", "2")
-    model = wide_model(64)
-    x = np.random.RandomState(0).rand(8 * 8, 64).astype("float32")
+    model = wide_model(512)   # a state far above the noise of what fit() allocates
+    x = np.random.RandomState(0).rand(8 * 8, 512).astype("float32")
     slow = SlowWriter(monkeypatch)
     seqs = []
 
     class Watch(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            seqs.append(auto.checkpoints._seq)   # AutoResume's save of this batch comes after this
+            seqs.append(saves_taken(auto))   # AutoResume's save of this batch comes after this
             if batch < 4:   # a new set is touched in the background (microseconds here) before its first use
                 time.sleep(0.1)
             if batch == 6:
                 slow.gate.set()
 
     auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=1, deadline=None, verbose=0)
-    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
-    assert auto._buffers.sets_allocated == 2
+    held = snapshot_sets(lambda: model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0,
+                                           callbacks=[auto, Watch()]), model)
+    assert 1.9 < held < 2.5, f"two sets of snapshot buffers, each the size of the state: {held:.2f}x the state"
     assert slow.writes >= 1 and seqs[4:8] == list(range(seqs[4], seqs[4] + 4)) and seqs[4] >= 2, \
         f"while the first snapshot is being written, every save is taken when it is due: {seqs}"
     assert auto.checkpoints.status.saves_dropped >= 3, "snapshots waiting behind the write were replaced"
@@ -128,15 +147,15 @@ def test_spare_buffer_sets_trade_memory_for_taking_every_save_at_once(tmp_path, 
 
 def test_a_snapshot_waiting_behind_a_slow_upload_is_replaced_in_the_same_buffers(tmp_path, ck_env, monkeypatch,
                                                                                 skips_busy_saves):
-    model = wide_model(64)
-    x = np.random.RandomState(0).rand(8 * 8, 64).astype("float32")
+    model = wide_model(512)   # a state far above the noise of what fit() allocates
+    x = np.random.RandomState(0).rand(8 * 8, 512).astype("float32")
     gate, real = threading.Event(), folder.CheckpointFolder.copy_in
     monkeypatch.setattr(folder.CheckpointFolder, "copy_in", lambda self, *a, **kw: gate.wait(30) and real(self, *a, **kw))
     seqs = []
 
     class Watch(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            seqs.append(auto.checkpoints._seq)   # AutoResume's save of this batch comes after this
+            seqs.append(saves_taken(auto))   # AutoResume's save of this batch comes after this
             if batch == 1:   # the set asked for at batch 0 is touched (microseconds here) before this save
                 time.sleep(0.1)
             if batch == 2:   # the first snapshot is committed locally and its upload hangs
@@ -146,8 +165,9 @@ def test_a_snapshot_waiting_behind_a_slow_upload_is_replaced_in_the_same_buffers
 
     auto = colabkit.keras.AutoResume(str(tmp_path / "drive" / "run"), save_freq=1, deadline=None, verbose=0,
                                      local_dir=tmp_path / "local")
-    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
-    assert auto._buffers.sets_allocated == 1
+    held = snapshot_sets(lambda: model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0,
+                                           callbacks=[auto, Watch()]), model)
+    assert 0.9 < held < 1.5, f"one set of snapshot buffers: {held:.2f}x the state"
     assert seqs[3:] == list(range(seqs[3], seqs[3] + 5)), f"every later save was taken when due: {seqs}"
     assert auto.checkpoints.status.saves_dropped >= 4, "each replaced the one waiting behind the upload"
     assert CheckpointFolder(tmp_path / "drive" / "run").committed()[-1].step == 8
@@ -155,15 +175,16 @@ def test_a_snapshot_waiting_behind_a_slow_upload_is_replaced_in_the_same_buffers
 
 def test_a_small_state_is_saved_at_every_batch_a_save_is_due_even_when_writes_are_slower(tmp_path, ck_env,
                                                                                          monkeypatch):
-    model = wide_model(64)
-    x = np.random.RandomState(0).rand(8 * 12, 64).astype("float32")
+    model = wide_model(512)   # a state far above the noise of what fit() allocates
+    x = np.random.RandomState(0).rand(8 * 12, 512).astype("float32")
     real = npz.write
     monkeypatch.setattr(npz, "write", lambda *a, **kw: time.sleep(0.05) or real(*a, **kw))   # slower than a batch
     auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=1, deadline=None, verbose=0)
-    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto])
+    held = snapshot_sets(lambda: model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0,
+                                           callbacks=[auto]), model)
     saved = [int(detail.split()[1]) for _, kind, detail in auto.events if kind == "save"]
     assert saved == list(range(1, 13)), f"each batch's save was taken at that batch: {saved}"
-    assert auto._buffers.sets_allocated == 1
+    assert 0.9 < held < 1.5, f"one set of snapshot buffers: {held:.2f}x the state"
     assert CheckpointFolder(tmp_path / "run").committed()[-1].step == 12
 
 
@@ -280,7 +301,7 @@ def test_npz_round_trip_is_an_ordinary_npz_with_aligned_members(tmp_path, array)
 def test_npz_reads_what_np_savez_wrote_and_refuses_compressed_members_and_object_arrays(tmp_path):
     old = tmp_path / "old.npz"
     np.savez(old, a0=np.arange(5), a1=np.eye(3))
-    arrays = ck_state._npz.load(npz.read_into_memory(old)[0])
+    arrays = npz.load(npz.read_into_memory(old)[0])
     np.testing.assert_array_equal(arrays["a1"], np.eye(3))
     np.savez_compressed(tmp_path / "c.npz", a0=np.arange(5))   # colabkit never writes these: a zip bomb's shape
     with pytest.raises(ValueError, match="compressed or encrypted, which colabkit never writes"):
@@ -325,8 +346,8 @@ def test_a_local_disk_that_fills_up_under_destination_and_staging_alike_loses_no
 def test_a_save_that_fails_gives_its_snapshot_buffers_back(tmp_path, ck_env):
     """A callback whose get_state() fails once: that save raises, and the next fit() of the same callback
     still takes every periodic save (the one buffer set was not lost with the failed save)."""
-    model = wide_model(64)
-    x = np.random.RandomState(0).rand(8 * 4, 64).astype("float32")
+    model = wide_model(512)   # a state far above the noise of what fit() allocates
+    x = np.random.RandomState(0).rand(8 * 4, 512).astype("float32")
 
     class FailsOnce(keras.callbacks.Callback):
         failed = False
@@ -344,11 +365,12 @@ def test_a_save_that_fails_gives_its_snapshot_buffers_back(tmp_path, ck_env):
     with pytest.raises(RuntimeError, match="get_state failed"):
         model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, FailsOnce()])
     started = time.monotonic()
-    model.fit(x, x[:, :1], batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[auto, FailsOnce()])
-    assert time.monotonic() - started < ck._SnapshotBuffers.WAIT_S / 2, "no save waited for a lost buffer set"
+    held = snapshot_sets(lambda: model.fit(x, x[:, :1], batch_size=8, epochs=2, shuffle=False, verbose=0,
+                                           callbacks=[auto, FailsOnce()]), model)
+    assert time.monotonic() - started < SnapshotBuffers.WAIT_S / 2, "no save waited for a lost buffer set"
     saved = [detail for _, kind, detail in auto.events if kind == "save"]
     assert [d.split()[1] for d in saved] == ["2", "4", "6", "8"], saved
-    assert auto._buffers.sets_allocated == 1
+    assert held < 0.5, f"no second set was allocated for the lost one: {held:.2f}x the state"
 
 
 def _name_of(source) -> str:

@@ -137,34 +137,30 @@ def test_saves_faster_than_uploads_are_coalesced(tmp_path, ck_env):
     assert dropped > 0 and len(steps) + dropped == 40
 
 
-def test_destination_fault_keeps_training_warns_once_and_recovers(tmp_path, ck_env, caplog):
+def test_destination_fault_keeps_training_warns_once_and_recovers(tmp_path, ck_env, caplog, monkeypatch):
     import colabkit.checkpoints.uploader as uploader
+    monkeypatch.setattr(uploader, "BACKOFF_START", 0.05)
     dest = tmp_path / "dest"
     dest.parent.mkdir(exist_ok=True)
-    old = uploader.BACKOFF_START
-    uploader.BACKOFF_START = 0.05
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            ckpt = make(tmp_path)
-            dest.write_text("not a folder")  # any OSError on the destination: ENOTDIR here
-            for step in range(1, 4):
-                ckpt.save(step, {"w": np.full(10, float(step))})
-                assert not ckpt.wait(0.3)
-            # set by the uploader thread, which may still be writing step 3 locally
-            status = ckpt.status
-            assert wait_for(lambda: status.last_local is not None and status.last_local.step == 3
-                              and status.state == "retrying" and "NotADirectoryError" in (status.last_error or "")
-                              ), status
-            assert [c.step for c in CheckpointFolder(tmp_path / "local").committed()][-1] == 3
-            dest.unlink()                    # the destination comes back
-            assert ckpt.wait(10)
-            ckpt.close()
-        fault_warnings = [w for w in caught if "could not upload" in str(w.message)]
-        assert len(fault_warnings) == 1, "one warning per outage, not one per retry"
-        assert "kept on local disk" in str(fault_warnings[0].message)
-    finally:
-        uploader.BACKOFF_START = old
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckpt = make(tmp_path)
+        dest.write_text("not a folder")  # any OSError on the destination: ENOTDIR here
+        for step in range(1, 4):
+            ckpt.save(step, {"w": np.full(10, float(step))})
+            assert not ckpt.wait(0.3)
+        # set by the uploader thread, which may still be writing step 3 locally
+        status = ckpt.status
+        assert wait_for(lambda: status.last_local is not None and status.last_local.step == 3
+                          and status.state == "retrying" and "NotADirectoryError" in (status.last_error or "")
+                          ), status
+        assert [c.step for c in CheckpointFolder(tmp_path / "local").committed()][-1] == 3
+        dest.unlink()                    # the destination comes back
+        assert ckpt.wait(10)
+        ckpt.close()
+    fault_warnings = [w for w in caught if "could not upload" in str(w.message)]
+    assert len(fault_warnings) == 1, "one warning per outage, not one per retry"
+    assert "kept on local disk" in str(fault_warnings[0].message)
     assert [c.step for c in CheckpointFolder(dest).committed()] == [3]
 
 
@@ -239,17 +235,24 @@ def test_trackables_restore_in_place(tmp_path, ck_env):
     np.testing.assert_array_equal(module.w.numpy(), np.ones((2, 3)))
 
 
-def test_prune_never_deletes_a_folder_reserved_for_a_save_in_progress(tmp_path, ck_env):
-    """A save reserves its folder name before creating it; pruning asks after listing, so a folder it
-    sees is either reserved (kept) or a real leftover (deleted)."""
-    with make(tmp_path) as ckpt:
-        ckpt.save(1, {"w": np.zeros(3)}, wait=True)
-        reserved, leftover = tmp_path / "local" / "ckpt-000000000002-aaaaaa", tmp_path / "local" / "ckpt-000000000003-bbbbbb"
-        ckpt._uploader.reserve(reserved.name)
-        reserved.mkdir()
-        leftover.mkdir()
-        deleted = ckpt.local.prune(1, protect=ckpt._uploader.is_in_progress, abandoned=lambda name: True)
-        assert deleted == [leftover.name] and reserved.is_dir()
+def test_retention_never_deletes_a_save_still_being_written(tmp_path, ck_env):
+    """A save with TensorFlow objects writes them into its folder on the calling thread, while the uploader
+    thread commits the save before it and prunes the staging folder (keep=1), where a folder without a
+    manifest is an interrupted write to delete: the folder of the save in progress is never taken for one."""
+    tf = pytest.importorskip("tensorflow")
+    big = tf.Variable(tf.zeros((32, 1024, 1024)))   # 128 MB: written long after the step before is committed
+    leftover = tmp_path / "local" / "ckpt-000000000000-dead00"    # an interrupted write of an earlier session
+    leftover.mkdir(parents=True)
+    with make(tmp_path, keep=1) as ckpt:
+        for step in range(1, 7, 2):
+            big.assign_add(tf.ones_like(big))
+            ckpt.save(step, {"w": np.full(3, float(step))})           # committed and pruned in the background
+            ckpt.save(step + 1, {"big": big, "step": step + 1})       # meanwhile: written on this thread
+        assert ckpt.wait(60)
+    big.assign(tf.zeros_like(big))
+    restored = make(tmp_path).restore(into={"big": big})
+    assert restored.step == 6 and restored.state["step"] == 6 and float(big[0, 0, 0]) == 3.0
+    assert not leftover.exists(), "a folder without a manifest that no save is writing is a leftover to delete"
 
 
 def test_a_run_that_did_not_resume_cannot_save_below_the_folders_newest_step(tmp_path, ck_env):

@@ -777,5 +777,5 @@ def test_an_uncaught_stopped_shows_one_line_in_a_real_ipython_shell(ck_env):
     proc = subprocess.run([sys.executable, "-c", script], env=ck_env, capture_output=True, text=True, timeout=120,
                           check=False)
     shown = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    assert shown == ["colabkit.Stopped: the time budget is 59s away: saved step 41 ... Re-run this cell to resume."], \
-        proc.stdout + proc.stderr
+    assert shown == ["colabkit.torch.Stopped: the time budget is 59s away: saved step 41 ... Re-run this cell to "
+                     "resume."], proc.stdout + proc.stderr

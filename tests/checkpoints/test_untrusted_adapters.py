@@ -5,7 +5,6 @@ live; one that cannot be valid is skipped with a warning naming it, and the prev
 Every case: a real run of the real adapter on a tiny model saves two checkpoints; the newer one is edited and
 re-signed; a fresh run resumes, from the user's view, the older one.
 """
-import hashlib
 import importlib.util
 import json
 import warnings

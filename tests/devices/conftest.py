@@ -17,6 +17,13 @@ SCENARIOS = GPU_STANDINS / "scenarios"
 CUDA_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH")
 
 
+def forget_module(monkeypatch, name: str) -> None:
+    """Remove ``sys.modules[name]`` for this test; monkeypatch's undo puts back exactly what was there before,
+    or nothing, whatever the test imports under that name meanwhile (a stand-in)."""
+    monkeypatch.setitem(sys.modules, name, sys.modules.get(name))   # records the entry as it is now (or absent)
+    monkeypatch.delitem(sys.modules, name)
+
+
 @pytest.fixture
 def fake_gpus(monkeypatch, tmp_path):
     """Install the stand-ins and return ``use(scenario, **overrides)``, which points both at a scenario.
@@ -28,13 +35,15 @@ def fake_gpus(monkeypatch, tmp_path):
     """
     from colabkit.devices import distribute, nvml, state
 
-    saved_env = {k: os.environ.get(k) for k in CUDA_VARS}
-    for k in CUDA_VARS:
-        os.environ.pop(k, None)
+    for k in CUDA_VARS:   # unset, and put back as they were afterwards, also when use_gpus() set them meanwhile
+        monkeypatch.setenv(k, "")   # (recorded first, so that the undo also removes one that was not set)
+        monkeypatch.delenv(k)
     # through monkeypatch, so that its undo (last, in reverse order) also unwinds a stand-in module a test
-    # installs on top, such as torch_standin's, instead of deleting the real module put back here
-    for k in ("pynvml", "tensorflow", "torch"):
+    # installs on top, such as torch_standin's, instead of deleting the real module put back here (a real
+    # TensorFlow or PyTorch a test imports stays: neither can be imported twice in one process)
+    for k in ("tensorflow", "torch"):
         monkeypatch.delitem(sys.modules, k, raising=False)
+    forget_module(monkeypatch, "pynvml")   # the stand-in pynvml a test imports goes; a real one comes back
     monkeypatch.syspath_prepend(str(GPU_STANDINS))
     monkeypatch.setenv("PATH", f"{GPU_STANDINS / 'bin'}{os.pathsep}{os.environ['PATH']}")
     parts = [str(GPU_STANDINS), str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -48,8 +57,8 @@ def fake_gpus(monkeypatch, tmp_path):
     monkeypatch.setattr(distribute, "_said", set())
 
     def use(scenario: str | None, **overrides):
-        nvml._nvml_module = None
-        sys.modules.pop("pynvml", None)
+        monkeypatch.setattr(nvml, "_nvml_module", None)
+        monkeypatch.delitem(sys.modules, "pynvml", raising=False)
         if scenario is None:
             monkeypatch.delenv("COLABKIT_TEST_GPUS", raising=False)
             return None
@@ -61,13 +70,7 @@ def fake_gpus(monkeypatch, tmp_path):
         return data
 
     use.smi_calls = lambda: [json.loads(line) for line in smi_log.read_text().splitlines()] if smi_log.exists() else []
-    yield use
-    for k, v in saved_env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    sys.modules.pop("pynvml", None)   # the stand-in; monkeypatch puts back a real one it removed
+    return use
 
 
 @pytest.fixture
@@ -158,11 +161,10 @@ class _TFStandin:
 
 
 @pytest.fixture
-def tf_standin(fake_gpus):
+def tf_standin(fake_gpus, monkeypatch):
     """Returns ``make(scenario_data)``: installs a TensorFlow stand-in (see _TFStandin) as `tensorflow` and
     `tensorflow.python.eager.context` in sys.modules, for the paths a CPU-only TensorFlow cannot take."""
     names = ("tensorflow", "tensorflow.python", "tensorflow.python.eager", "tensorflow.python.eager.context")
-    saved = {n: sys.modules.get(n) for n in names}
 
     def make(data: dict) -> _TFStandin:
         tf = _TFStandin(data)
@@ -171,12 +173,7 @@ def tf_standin(fake_gpus):
         context.context = tf.context_module.context
         tf.module.python, python.eager, eager.context = python, eager, context
         for name, module in zip(names, (tf.module, python, eager, context)):
-            sys.modules[name] = module
+            monkeypatch.setitem(sys.modules, name, module)
         return tf
 
-    yield make
-    for name, module in saved.items():
-        if module is None:
-            sys.modules.pop(name, None)
-        else:
-            sys.modules[name] = module
+    return make

@@ -170,7 +170,7 @@ def test_memory_growth_setting(fake_gpus, monkeypatch):
     colabkit.use_gpus(1)
     assert "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ
     monkeypatch.setenv("COLABKIT_MEMORY_GROWTH", "true")
-    os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "false"   # the user's own value wins
+    monkeypatch.setenv("TF_FORCE_GPU_ALLOW_GROWTH", "false")   # the user's own value wins
     colabkit.use_gpus(1)
     assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
 

@@ -3,16 +3,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.standins.drive_api import DriveServer
+
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
-sys.path.insert(0, str(REPO / "tests" / "standins"))
-
-from drive_api import DriveServer  # noqa: E402
 
 _KEY = None
 
@@ -86,7 +84,7 @@ def links(drive_server, monkeypatch):
 
         def folder(self, local: Path, title=None, parent=None) -> str:
             """Upload a local folder tree into the fake Drive, shared by link; returns its id."""
-            from drive_api import FOLDER, ROOT_ID
+            from tests.standins.drive_api import FOLDER, ROOT_ID
             state = drive_server.state
             meta = state.add(title or local.name, parent or ROOT_ID, mime=FOLDER)
             state.public.add(meta["id"])

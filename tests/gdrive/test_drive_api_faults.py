@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import colabkit.gdrive as g
-from drive_api import FAULT_KINDS, FOLDER
+from tests.standins.drive_api import FAULT_KINDS, FOLDER
 
 ANSWERING_KINDS = ["500", "503", "drop", "drop-mid"]
 

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from drive_api import FOLDER, ROOT_ID
+from tests.standins.drive_api import FOLDER, ROOT_ID
 
 import colabkit
 import colabkit.gdrive as g
@@ -233,7 +233,7 @@ def test_a_repeated_page_token_stops_the_listing_with_an_error_and_items_are_not
     client = g.connect()
     gdrive.page_cap = 2
     assert sorted(m["title"] for m in client.children(folder)) == [f"f{i}" for i in range(5)]
-    import drive_api
+    from tests.standins import drive_api
     monkeypatch.setattr(drive_api, "_page_token", lambda start, page_no: "SAME")   # Drive sends one token again
     monkeypatch.setattr(drive_api, "_read_page_token", lambda token: (0, 0))
     with pytest.raises(g.DriveError, match="same page token"):
@@ -310,7 +310,7 @@ def test_a_lattice_of_shortcuts_is_walked_once_per_folder_with_the_repeats_named
 
 # -- 7. Google-native files inside a dataset ---------------------------------------------------------------
 def test_google_docs_and_sheets_in_a_dataset_are_skipped_with_one_line_each(gdrive, tmp_path, caplog):
-    from drive_api import DOCUMENT, SPREADSHEET
+    from tests.standins.drive_api import DOCUMENT, SPREADSHEET
     state = gdrive.state
     top = dataset(gdrive, "data/set", {"a.bin": b"a", "sub/b.bin": b"b"})
     state.add("README", top, mime=DOCUMENT)               # alt=media answers 403 fileNotDownloadable

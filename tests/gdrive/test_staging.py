@@ -104,18 +104,19 @@ def test_a_file_rewritten_during_the_copy_is_an_error_not_a_torn_copy(tmp_path, 
     src = make_tree(tmp_path / "data", n=4)
     labels = src / "labels.csv"
     labels.write_text("id,label\n1,dog\n")
-    real_copy = staging._copy_fd
+    real_sendfile = os.sendfile
 
-    def copy_then_rewrite(fin, fout, size, progress):
-        real_copy(fin, fout, size, progress)
-        if os.fstat(fin).st_ino == labels.stat().st_ino:   # appended to while it is being copied
+    def sendfile_while_another_process_appends(out_fd, in_fd, offset, count):
+        sent = real_sendfile(out_fd, in_fd, offset, count)
+        if os.fstat(in_fd).st_ino == labels.stat().st_ino:   # appended to while it is being copied
             with open(labels, "a") as fh:
                 fh.write("2,cat\n3,owl\n")
-    monkeypatch.setattr(staging, "_copy_fd", copy_then_rewrite)
+        return sent
+    monkeypatch.setattr(os, "sendfile", sendfile_while_another_process_appends)
     with pytest.raises(OSError, match="changed during the copy") as info:
         colabkit.stage(str(src), tmp_path / "local", workers=1, quiet=True)
     assert info.value.errno == errno.EIO and not (tmp_path / "local" / "labels.csv").exists()
-    monkeypatch.setattr(staging, "_copy_fd", real_copy)
+    monkeypatch.setattr(os, "sendfile", real_sendfile)
     assert tree(colabkit.stage(str(src), tmp_path / "local", quiet=True)) == tree(src)
 
 
@@ -289,7 +290,7 @@ def test_drive_colon_gdrive_and_link_sources(tmp_path, gdrive, links, monkeypatc
     out = colabkit.stage("drive:data", tmp_path / "via-mount", quiet=True)
     assert tree(out) == tree(data)
     # the same tree on Drive's API, and as a share link
-    from drive_api import FOLDER
+    from tests.standins.drive_api import FOLDER
     ds = gdrive.state.add("datasets", mime=FOLDER)
     links.folder(data, title="mnist", parent=ds["id"])
     out = colabkit.stage("gdrive://datasets/mnist", tmp_path / "via-api", quiet=True)

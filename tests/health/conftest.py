@@ -12,10 +12,12 @@ from tests.keepalive.conftest import start_server  # noqa: F401 - Jupyter server
 @pytest.fixture(scope="session")
 def tf_keras():
     """(tensorflow, keras), quiet; skipped where TensorFlow is missing."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    tf = pytest.importorskip("tensorflow")
-    keras = pytest.importorskip("keras")
-    return tf, keras
+    with pytest.MonkeyPatch.context() as mp:   # session-wide, so not the per-test monkeypatch
+        if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
+            mp.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+        tf = pytest.importorskip("tensorflow")
+        keras = pytest.importorskip("keras")
+        yield tf, keras
 
 
 def tiny_model(keras, width=16, steps_per_execution=1, extra=()):

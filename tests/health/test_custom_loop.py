@@ -74,39 +74,44 @@ def test_a_loop_left_by_an_exception_stands_the_watchdog_down(tmp_path):
 
 
 def test_standing_down_writes_a_final_heartbeat(tmp_path, monkeypatch):
-    """Under `colabkit run`: when the watched fit() is gone (left by an exception), the watchdog's last
-    heartbeat says done, so the queue does not later take the stale file for a frozen process."""
+    """Under `colabkit run`: when the watched loop is gone (left by an exception), the monitor's last heartbeat
+    says done, so the queue does not later take the stale file for a frozen process. (A Keras fit() left by an
+    exception: tests/health/test_hang.py.)"""
     import json
-    import sys
-    import threading
 
-    from colabkit.health import Monitor
+    import colabkit
     monkeypatch.setenv("COLABKIT_RUN_DIR", str(tmp_path))
     monkeypatch.setenv("COLABKIT_JOB", "job")
     monkeypatch.setenv("COLABKIT_JOB_ATTEMPT", "1")
+    mon = colabkit.monitor(gpus=False, verbose=0)
 
-    def a_finished_fit():
-        return sys._getframe()
+    def train():
+        for i, _ in enumerate(mon.wrap(iter(int, 1))):     # endless input
+            mon.step()
+            if i == 5:
+                raise RuntimeError("boom")
 
-    mon = Monitor(gpus=False, verbose=0)
-    mon.current_phase = "step"
-    mon.owner = (threading.get_ident(), a_finished_fit())    # a frame no longer on this thread's stack
-    mon._watch(time.monotonic())
+    try:
+        train()
+    except RuntimeError:
+        pass
     beat = json.loads((tmp_path / "job.health.json").read_text())
-    assert beat["phase"] == "done" and not beat["hung"] and mon.hangs == []
+    assert beat["phase"] == "done" and not beat["hung"] and beat["steps"] == 6 and beat["attempt"] == "1"
+    assert mon.report()["hangs"] == []
 
 
 def test_an_input_verdict_is_said_again_when_it_gets_worse(capsys):
     """Moderately input-bound is printed once; when the share grows past 20% the highly input-bound verdict
-    is printed too (once), and easing back says nothing more. Measurements fed directly, no clock involved."""
-    from colabkit.health import Monitor
-    mon = Monitor(gpus=False, verbose=1, input_kind="generator")
-    mon._step_times.extend([0.01] * 25)
+    is printed too (once), and easing back says nothing more. Each step's input share is given through
+    record_input() (as the Keras callback reports its sampled steps), so no clock decides it."""
+    from colabkit.health import HealthMonitor
+    mon = HealthMonitor(gpus=False, verbose=1, input_kind="generator")
 
     def measured(share):
-        mon._input.clear()
-        mon._input.extend([(0.01 * share, 0.01)] * 30)
-        mon._announce()
+        for _ in range(30):
+            mon.record_input(0.01 * share, 0.01)
+            mon.step()
+        mon.stop()    # says what the evidence shows by now (its thread may have said it already)
         return [line for line in capsys.readouterr().out.splitlines() if "input-bound" in line]
 
     assert [line[:30] for line in measured(0.1)] == ["colabkit: moderately input-bou"]

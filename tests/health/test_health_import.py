@@ -19,26 +19,28 @@ def test_importing_and_running_a_host_only_monitor_loads_nothing_heavy():
 
 
 def test_importing_colabkit_health_loads_no_psutil_matplotlib_or_widgets():
-    result = probe("import colabkit, colabkit.health, colabkit.health.monitor, colabkit.health.plots")
+    result = probe("import colabkit, colabkit.health, colabkit.health.health_monitor, colabkit.health.plots")
     assert result["forbidden"] == []
 
 
 def test_public_names():
     import colabkit.health
-    import colabkit.health.monitor
+    import colabkit.health.health_monitor
     assert callable(colabkit.monitor) and colabkit.monitor is colabkit.health.monitor
-    assert colabkit.health.Monitor.__name__ == "Monitor"
+    # one class per name: the framework-free monitor, and the Keras callback that feeds one
+    assert colabkit.health.HealthMonitor is colabkit.health.health_monitor.HealthMonitor
+    assert isinstance(colabkit.keras.Monitor(gpus=False, verbose=0).health, colabkit.health.HealthMonitor)
     assert colabkit.keras.Monitor.__module__ == "colabkit.health.keras_monitor"
 
 
 def test_bad_options_name_the_value(tmp_path):
     import pytest
     with pytest.raises(ValueError, match=r"hang_timeout='soon': expected 'auto', 'off'"):
-        colabkit.health.Monitor(hang_timeout="soon")
+        colabkit.health.HealthMonitor(hang_timeout="soon")
     with pytest.raises(ValueError, match="hang_floor .* is above hang_ceiling"):
-        colabkit.health.Monitor(hang_floor="2h", hang_ceiling="1h")
+        colabkit.health.HealthMonitor(hang_floor="2h", hang_ceiling="1h")
     with pytest.raises(ValueError, match="phase 'eval'"):
-        colabkit.health.Monitor(gpus=False).enter_phase("eval")
+        colabkit.health.HealthMonitor(gpus=False).enter_phase("eval")
     with pytest.raises(TypeError, match="AutoResume\\(monitor='yes'\\)"):
         colabkit.keras.AutoResume(tmp_path / "ck", monitor="yes")
 
@@ -50,8 +52,7 @@ def test_monitor_magic_and_status_row_in_a_terminal_shell(capsys):
     try:
         assert shell.run_cell("%load_ext colabkit").success
         assert shell.run_cell("%monitor").success
-        import sys
-        if sys.modules["colabkit.health.monitor"].current() is None:
+        if colabkit.health.latest_monitor() is None:
             assert "no monitor has run in this process yet" in capsys.readouterr().out
         mon = colabkit.monitor(gpus=False, verbose=0)
         for _ in mon.wrap(range(25)):

@@ -38,7 +38,7 @@ cutoff_s = int(time.time() - float(os.environ["REQUESTED_AT"])) + int(os.environ
 os.environ["COLABKIT_IDLE_CUTOFF"] = f"{cutoff_s}s"
 cutoff_at = float(os.environ["REQUESTED_AT"]) + cutoff_s
 colabkit.keepalive("60s", poll="0.5s")          # presence detection + the idle clock
-absent_since = presence.monitor().current.since
+absent_since = presence.running_monitor().current.since
 
 class Pace(keras.callbacks.Callback):
     # ~50 ms a batch, and stop a little after the cutoff would have struck
@@ -53,8 +53,8 @@ model.fit(x, y, batch_size=8, epochs=1, callbacks=[Pace(), cb], verbose=0)
 status = cb.checkpoints.status
 print("RESULT" + json.dumps({
     "absent_since": absent_since, "cutoff_at": cutoff_at, "cutoff_s": cutoff_s, "ended_at": time.time(),
-    "presence_text": presence.monitor().current.text(), "kernel_started_at": presence.kernel_started_at(),
-    "presence": [presence.monitor().current.state, presence.monitor().current.connections],
+    "presence_text": presence.running_monitor().current.text(), "kernel_started_at": presence.kernel_started_at(),
+    "presence": [presence.running_monitor().current.state, presence.running_monitor().current.connections],
     "events": cb.events,
     "uploaded_step": status.last_uploaded.step if status.last_uploaded else None,
     "panel": colabkit.widgets.text(),

@@ -45,7 +45,7 @@ def test_attached_and_absent_from_a_real_server(start_server, kernel_client, run
 
     out = run_code(client, "import colabkit\ncolabkit.keepalive('60s', poll='0.5s')\n"
                            "from colabkit import deadline, presence\n"
-                           "print('REGISTERED', presence.monitor() in deadline.registered())")
+                           "print('REGISTERED', presence.running_monitor() in deadline.registered())")
     assert out["error"] is None, out["error"]
     # One line: an idle cutoff applies here, and what presence detection sees (no browser yet).
     lines = out["stdout"].strip().splitlines()
@@ -79,7 +79,7 @@ def test_attached_and_absent_from_a_real_server(start_server, kernel_client, run
         assert seen["state"] == "attached" and seen["connections"] >= 1
         assert server.api(f"api/kernels/{kid}")["connections"] >= 1
         deadline_while_attached = run_code(
-            client, "print('DEADLINE', presence.monitor().next_deadline())")["stdout"]
+            client, "print('DEADLINE', presence.running_monitor().next_deadline())")["stdout"]
         assert "DEADLINE None" in deadline_while_attached
     finally:
         ws.close()
@@ -94,12 +94,12 @@ def test_attached_and_absent_from_a_real_server(start_server, kernel_client, run
     assert took < 10, f"absence noticed after {took:.1f} s"
     # The absence counts from the last time the browser was seen, which is before the tab closed.
     assert seen["since"] == seen["last_seen"] and seen["since"] <= closed_at + 0.1
-    out = run_code(client, "m = presence.monitor()\nd = m.next_deadline()\n"
+    out = run_code(client, "m = presence.running_monitor()\nd = m.next_deadline()\n"
                            "print('DEADLINE', d.reason, '|', d.stop_training, '|', round(d.at - m.current.since))")
     assert "DEADLINE the 90min idle cutoff | False | 5400" in out["stdout"], out
 
     out = run_code(client, "colabkit.keepalive(False)\n"
-                           "print('AFTER', presence.monitor(), deadline.registered())")
+                           "print('AFTER', presence.running_monitor(), deadline.registered())")
     assert "colabkit: keep-alive off" in out["stdout"]
     assert "AFTER None []" in out["stdout"]
 

@@ -51,8 +51,8 @@ WINDOW_STEPS = 50
 _live: list = []     # weakrefs to started monitors, newest last (the panel and %monitor show the newest)
 
 
-def current():
-    """The most recently started monitor still alive, or None."""
+def latest_monitor():
+    """The most recently started training monitor still alive, or None."""
     for ref in reversed(_live):
         mon = ref()
         if mon is not None:
@@ -76,7 +76,7 @@ def input_kind_of(iterable) -> str:
     return "unknown"
 
 
-class Monitor:
+class HealthMonitor:
     """Training health for any loop; see the module docs. All arguments are optional.
 
     Args:
@@ -138,7 +138,7 @@ class Monitor:
         self.owner = None                       # (thread id, frame): the fit() this monitor watches, if known
 
     # -- life cycle -----------------------------------------------------------------------------------
-    def start(self) -> Monitor:
+    def start(self) -> HealthMonitor:
         """Start the sampling/watchdog thread (idempotent). step() and wrap() start it too."""
         if self._thread is not None and self._thread.is_alive():
             return self
@@ -506,7 +506,7 @@ class Monitor:
         return self.report()["text"]
 
     def __repr__(self):
-        return f"<colabkit Monitor: {self.steps} steps, phase {self.current_phase}>"
+        return f"<colabkit HealthMonitor: {self.steps} steps, phase {self.current_phase}>"
 
     def series(self) -> dict:
         """What the plots draw: steps (wall, step, s per batch, input share), losses, epochs, GPU series."""
