@@ -11,12 +11,15 @@ What it can and cannot do, honestly:
   console, or drag the bookmarklet link to the bookmarks bar and click it on the Colab tab. It stops on
   ``stopKeepAlive()``.
 * Every ``interval`` (at least 30 s, plus up to 20 % at random) it reads the runtime's state from the connect
-  button's label and the open dialogs. Connected: it clicks nothing (only a synthetic, untrusted pointer move,
-  which Colab likely ignores); what Colab counts as activity is not published. Gone: it tells you (title,
-  banner, console, notification and tone where allowed) and does not reconnect, since a new runtime is a fresh
-  VM with an empty disk; ``reconnect=True`` lets it click Reconnect (at most 3 tries in a row, 3 an hour). A
-  CAPTCHA / "are you still there?" dialog is never clicked. No known button, or a label it cannot read: it says
-  so once, clicks nothing and keeps checking.
+  button's label and the open dialogs. Connected: it does what maintained keep-alive scripts do, a click on that
+  button (the RAM/Disk meter) and a pointer move, and closes what the click opens (Colab's resources view, a
+  menu or a dialog) so the page ends as it was; it does not click while you use the page or a dialog is open, and
+  turns the click off (with a warning) if it cannot put the page back. Both events are synthetic (untrusted);
+  what Colab counts as activity is not published, so whether this keeps a runtime alive is a guess. Gone: it
+  tells you (title, banner, console, notification and tone where allowed) and does not reconnect, since a new
+  runtime is a fresh VM with an empty disk; ``reconnect=True`` lets it click Reconnect (at most 3 tries in a row,
+  3 an hour). A CAPTCHA / "are you still there?" dialog is never clicked or closed. No known button, or a label
+  it cannot read: it says so once, clicks nothing and keeps checking.
 * It is best-effort: Google changes the page and publishes neither the idle rule nor the cutoff. It does not
   lift the runtime cap (about 12 h on the free tier): ``AutoResume(deadline="auto")`` saves and stops before it.
 * colabkit cannot see from the kernel whether the script runs in your tab. What it can see is whether a
@@ -79,8 +82,12 @@ def honest_text(interval: float, reconnect: bool = False, notify: bool = True) -
     return (
         f"Best-effort; nothing Google documents or promises. This script runs in your Colab tab (not in the "
         f"notebook). It checks the toolbar every {_typed_interval(interval)} or a little later. While the runtime is "
-        f"connected it clicks nothing, so it does not try to make Colab count you as active (what Colab counts "
-        f"is not published); it is there to tell you at once when something needs you. When the runtime is gone "
+        f"connected it does what maintained keep-alive scripts do: it clicks the toolbar's connect button (the "
+        f"RAM/Disk meter) and moves the pointer, then closes what the click opened, so the page ends as it was; "
+        f"it does not click while you use the page or a dialog is open, and stops clicking if it cannot put the "
+        f"page back. These are synthetic events and what Colab counts as activity is not published, so this may "
+        f"keep nothing alive; the script is also there to tell you at once when something needs you. When the "
+        f"runtime is gone "
         f"(the button says Connect or Reconnect, or a \"Runtime disconnected\" dialog is open) it {gone}. It "
         f"never answers a CAPTCHA or \"are you still there\" dialog, says so when it finds no connect button or "
         f"cannot read its label (it knows Colab's English labels only), may stop working when Google changes the "

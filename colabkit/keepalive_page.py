@@ -1,11 +1,31 @@
-"""The keep-alive script for the top-level Colab page, as text: its options, the interval floor, the
-bookmarklet form. ``colabkit.keepalive`` hands it out; this module only builds it (no state, no display).
+"""The keep-alive script for the top-level Colab page, as text: its options, the interval floor, the bookmarklet
+form. ``colabkit.keepalive`` hands it out; this module only builds it (no state, no display).
 
 The script reads the runtime's state from the toolbar's connect button and the open dialogs (the element names
-maintained public keep-alive extensions read; see tests/keepalive/test_keepalive_script.py). While connected it
-clicks nothing (a synthetic, untrusted pointer move, and a screen wake lock while the tab is visible so the
-computer does not sleep); once the runtime is gone it tells the user and, by
-default, does not reconnect; a CAPTCHA or "are you still there" dialog is never clicked.
+maintained public keep-alive extensions read; see tests/keepalive/test_keepalive_script.py, which also names the
+scripts it follows). Every interval:
+
+* Connected (the button shows the RAM/Disk meter): it does what maintained keep-alive scripts do. It clicks that
+  button and dispatches a pointer move; both are synthetic events (the browser marks them untrusted), and whether
+  Colab counts them as activity is not published, so this is a guess that may keep nothing alive. What the click
+  opens (on the real page a resources view; a menu or a dialog are handled alike) is closed again within about
+  two seconds: a Close / Dismiss button that appeared, else Escape, else the dialog's or menu's own close(); if
+  the click instead closed a view that was open (the button toggles it), a second click opens it again; the focus
+  goes back where it was. It closes only what it can recognise (a dialog, a menu, anything with a Close or
+  Dismiss button), never clicks any other action, and leaves everything alone when a challenge or "Runtime
+  disconnected" dialog comes up or the user acts meanwhile. It does not click while the user has typed, clicked
+  or scrolled in the last 15 s, while a dialog is open, or while a view the user opened would be toggled shut.
+  Anything it cannot close or bring back turns the connected click off for the session, with one warning (the
+  pointer move stays). It also holds a screen wake lock while the tab is visible.
+* Gone (the button says Connect / Reconnect, or a "Runtime disconnected" dialog): it tells the user and, by
+  default, does not reconnect (a new runtime is a fresh VM).
+* A CAPTCHA or "are you still there" dialog is never clicked or closed, also when the click brought it up.
+
+Its status, for the console: ``window.colabkitKeepAlive`` with ``ticks``; ``activity`` (connected ticks, each a
+pointer move); ``clicks`` (every click it made: the connect button, Close buttons, reconnects);
+``connectClicks`` (clicks on the connected-state button); ``closed`` (views its clicks opened that it closed
+again); ``skipped`` / ``lastSkip`` (connected ticks without a click, and why); ``connectedClick`` (false once
+turned off); ``reconnects``; ``dialog``; ``runtime``.
 """
 from __future__ import annotations
 
@@ -22,7 +42,8 @@ JITTER = 0.2   # each wait is interval x (1 + up to 20 %): no fixed, bot-like rh
 
 # The script that runs in the top-level Colab page. No "//" comments: the bookmarklet form is one URL.
 # Element names and states are the ones maintained public keep-alive extensions read (colab-facts.md, and the
-# sources cited in tests/keepalive/test_keepalive_script.py); a known button is clicked, never a stand-in.
+# sources cited in tests/keepalive/test_keepalive_script.py); a known button is clicked, never a stand-in, and
+# while connected only when its label reads as connected.
 SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Stop it with stopKeepAlive(). */
 (function (options) {
   "use strict";
@@ -31,10 +52,16 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   var intervalMs = options.intervalMs, jitter = options.jitter;
   var state = window.colabkitKeepAlive = {
     running: true, intervalMs: intervalMs, reconnect: options.reconnect, runtime: null, variant: null,
-    ticks: 0, activity: 0, clicks: 0, lastActivity: null, reconnects: 0, failedReconnects: 0, reconnectTimes: [],
+    ticks: 0, activity: 0, clicks: 0, connectClicks: 0, closed: 0, connectedClick: true, skipped: 0,
+    lastSkip: null, lastActivity: null, reconnects: 0, failedReconnects: 0, reconnectTimes: [],
     dialog: null, dialogsSeen: 0, misses: 0, wakeLock: false, startedAt: new Date().toISOString()
   };
   var MAX_RECONNECTS = 3, HOUR_MS = 3600000;
+  /* After its click on the connected-state button the script looks at the page again SETTLE_MS later (what the
+     click opened is drawn by then), closes what opened, and checks once more SETTLE_MS after that. No click
+     within QUIET_MS of the user's own key press, click or scroll: the user keeps the page active then, and a
+     view opening under their fingers would take their keys. */
+  var SETTLE_MS = 1000, QUIET_MS = 15000;
   var BUTTONS = [
     ["colab-connect-button shadow root #connect", function () {
       var hosts = document.querySelectorAll("colab-connect-button"), i, b;
@@ -49,6 +76,11 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   ];
   var DIALOGS = "mwc-dialog, md-dialog, paper-dialog, colab-dialog, dialog, [role=dialog], [role=alertdialog]";
   var ACTIONS = "md-text-button, md-filled-button, md-outlined-button, mwc-button, paper-button, button";
+  /* What a click can open and how it is closed again: a dialog or menu (Escape, or its own close()), or any view
+     with a Close / Dismiss button (that button; never any other action). */
+  var POPUPS = DIALOGS + ", md-menu, mwc-menu, paper-menu, [role=menu]";
+  var CLOSERS = ACTIONS + ", md-icon-button, mwc-icon-button, paper-icon-button, [role=button]";
+  var CLOSE_LABEL = /^(close|dismiss)$/i;
   var PERSON_TEXT = /still there|not a robot|captcha|verify (that )?(you're|you are) (a )?human|are you (a )?human/i;
   var GONE_TEXT = new RegExp("runtime disconnected|disconnected due to|has been disconnected|cannot connect to|" +
     "could not connect|unable to connect|connection (was )?lost", "i");
@@ -69,9 +101,10 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     }
     return out;
   }
-  /* One walk over the page and its open shadow roots per tick, sorting out what findDialog needs. */
+  /* One walk over the page and its open shadow roots, sorting out what findDialog and the close step need.
+     (Notebook outputs live in iframes of their own on Colab: never walked.) */
   function collect() {
-    var found = {recaptcha: [], frames: [], dialogs: []};
+    var found = {recaptcha: [], frames: [], dialogs: [], popups: [], closers: []};
     (function walk(root) {
       var all = root.querySelectorAll("*"), i, el;
       for (i = 0; i < all.length; i++) {
@@ -79,10 +112,17 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
         if (el.localName === "colab-recaptcha-dialog") { found.recaptcha.push(el); }
         if (el.localName === "iframe" && /recaptcha/.test(el.getAttribute("src") || "")) { found.frames.push(el); }
         if (el.matches(DIALOGS)) { found.dialogs.push(el); }
+        if (el.matches(POPUPS)) { found.popups.push(el); }
+        if (el.matches(CLOSERS) && closes(el)) { found.closers.push(el); }
         if (el.shadowRoot) { walk(el.shadowRoot); }
       }
     })(document);
     return found;
+  }
+  function closes(el) {
+    return [el.textContent, el.getAttribute("aria-label"), el.getAttribute("title")].some(function (text) {
+      return CLOSE_LABEL.test(norm(text));
+    });
   }
   function within(box, el) {
     for (var n = el; n; n = n.parentNode || n.host) { if (n === box) { return true; } }
@@ -107,7 +147,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   function shown(el) {
     if (el.hasAttribute && (el.hasAttribute("open") || el.hasAttribute("opened"))) { return true; }
     if (el.open === true || el.opened === true) { return true; }
-    if (/^(DIALOG|MWC-DIALOG|MD-DIALOG|PAPER-DIALOG)$/.test(el.tagName)) { return false; }
+    if (/^(DIALOG|MWC-DIALOG|MD-DIALOG|PAPER-DIALOG|MD-MENU|MWC-MENU|PAPER-MENU)$/.test(el.tagName)) { return false; }
     return visible(el);
   }
   function labelOf(el) {
@@ -125,8 +165,8 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     return "unknown";
   }
   /* A dialog that only a person may answer, or one that says the runtime is gone. */
-  function findDialog() {
-    var i, el, src, text, actions, j, found = collect();
+  function findDialog(found) {
+    var i, el, src, text, actions, j;
     var boxes = found.recaptcha;
     for (i = 0; i < boxes.length; i++) {
       /* a closed dialog left in the page is not a challenge: with a dialog inside (in its shadow root or its
@@ -254,16 +294,144 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
   function dropWakeLock() {
     if (wakeLock) { var lock = wakeLock; wakeLock = null; state.wakeLock = false; lock.release(); }
   }
-  function keepActive(el) {
-    /* Nothing is clicked while connected: a click on the RAM/Disk meter may open Colab's resources view, and
-       the extensions this follows click only a button that says Connect. A synthetic pointer move is all; the
-       browser marks it untrusted and Colab likely ignores it. */
+  /* The user's own key presses, clicks and scrolls (trusted events only: the script's own are not). */
+  var lastInput = -Infinity, INPUTS = ["keydown", "pointerdown", "mousedown", "wheel", "touchstart"];
+  function onInput(e) { if (e.isTrusted) { lastInput = Date.now(); } }
+  INPUTS.forEach(function (type) { window.addEventListener(type, onInput, true); });
+
+  /* While connected, each tick does what maintained keep-alive scripts do: a click on the connected-state toolbar
+     button (the connect button, showing the RAM/Disk meter) and a pointer move. Both are synthetic (the browser
+     marks them untrusted); whether Colab counts them as activity is not published. The click opens a view on the
+     real page (the resources view, a menu or a dialog): settle closes it again so the page ends as it was. */
+  function keepActive(found, page) {
     holdWakeLock();
-    var r = el.getBoundingClientRect();
+    var r = found.el.getBoundingClientRect();
     document.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: r.left + 1, clientY: r.top + 1}));
     state.activity += 1;
     state.lastActivity = new Date().toISOString();
     emit("activity");
+    var skip = whyNotClick(page);
+    if (skip) {
+      state.skipped += 1;
+      state.lastSkip = skip[1];
+      if (!skipsSaid[skip[0]]) {
+        skipsSaid[skip[0]] = true;
+        console.info(TAG, "not clicking the connect button this time: " + skip[1] + " (said once)");
+      }
+      return;
+    }
+    var round = {button: found.el, before: openIn(page), focus: focused(), at: Date.now(), tried: [], restoring: []};
+    press(found.el);
+    settling = true;
+    later(function () { settle(round, 1); });
+  }
+  var settling = false, toggled = null, skipsSaid = {};
+  function whyNotClick(page) {
+    if (!state.connectedClick) { return ["off", "it stopped clicking while connected (see the warning above)"]; }
+    if (settling) { return ["busy", "it is still closing what its last click opened"]; }
+    if (Date.now() - lastInput < QUIET_MS) { return ["user", "you are using the page"]; }
+    if (toggled && isOpen(toggled)) { return ["toggled", "a view you opened is open, and the button would close it"]; }
+    toggled = null;
+    var open = page.dialogs.filter(shown);
+    if (open.length) { return ["dialog", "a dialog is open (" + describe(open[0]) + ")"]; }
+    return null;
+  }
+  function press(el) {
+    el.click();
+    state.clicks += 1;
+    state.connectClicks += 1;
+  }
+  function later(fn) {
+    setTimeout(function () {
+      try { fn(); } catch (err) { settling = false; console.warn(TAG, "closing what the click opened failed: " + err); }
+    }, SETTLE_MS);
+  }
+  function openIn(found) {
+    return {popups: found.popups.filter(shown), closers: found.closers.filter(visible)};
+  }
+  function isOpen(el) { return el.isConnected && (el.matches(CLOSERS) ? visible(el) : shown(el)); }
+  function focused() {
+    var el = document.activeElement;
+    while (el && el.shadowRoot && el.shadowRoot.activeElement) { el = el.shadowRoot.activeElement; }
+    return el;
+  }
+  function describe(el) {
+    /* a Close button stands for the view it sits in: the nearest labelled container above it */
+    var n = el.matches(CLOSERS) ? el.parentNode || el.host : null;
+    for (; n && n !== document.body; n = n.parentNode || n.host) {
+      if (n.getAttribute && (n.getAttribute("aria-label") || n.getAttribute("heading") || n.matches(POPUPS))) {
+        el = n;
+        break;
+      }
+    }
+    var text = norm(el.getAttribute("aria-label") || el.getAttribute("heading") || el.textContent).slice(0, 40);
+    return el.localName + (el.id ? "#" + el.id : "") + (text ? " \"" + text + "\"" : "");
+  }
+  /* What is open now that was not before the click: new Close / Dismiss buttons, and new dialogs or menus
+     without one (a new button closes the view it sits in). */
+  function newlyOpen(now, before) {
+    var found = now.closers.filter(function (el) { return before.closers.indexOf(el) < 0; });
+    now.popups.forEach(function (el) {
+      if (before.popups.indexOf(el) < 0 && !found.some(function (c) { return within(el, c); })) { found.push(el); }
+    });
+    return found;
+  }
+  /* Up to three looks, SETTLE_MS apart, after a click on the connected-state button. 1: close what it opened; if
+     it opened nothing but closed a view that was open (the button toggles it), click once more to bring that
+     back. 2: close what is still open. 3: anything still open, or a view of the user's that stays closed, turns
+     the connected click off for good, with one warning. */
+  function settle(round, step) {
+    var page = collect();
+    /* A challenge or a "Runtime disconnected" dialog came up, or the user has taken over: leave the page alone
+       (the next tick tells the user about a dialog). */
+    if (findDialog(page) || lastInput > round.at) { finish(round, null); return; }
+    var now = openIn(page), left = newlyOpen(now, round.before);
+    if (step === 1 && !left.length) {
+      round.restoring = round.before.closers.concat(round.before.popups).filter(function (el) { return !isOpen(el); });
+      if (!round.restoring.length) { finish(round, null); return; }
+      press(round.button);
+      later(function () { settle(round, 2); });
+      return;
+    }
+    if (left.length && step < 3) {
+      left.forEach(function (el) { if (round.tried.indexOf(el) < 0) { round.tried.push(el); } close(el); });
+      later(function () { settle(round, step + 1); });
+      return;
+    }
+    var lost = round.before.closers.concat(round.before.popups).filter(function (el) { return !isOpen(el); });
+    if (!left.length && !lost.length && round.restoring.length) { toggled = round.restoring[0]; }
+    finish(round, left.length || lost.length ? {left: left, lost: lost} : null);
+  }
+  function finish(round, failed) {
+    round.tried.forEach(function (el) { if (!isOpen(el)) { state.closed += 1; } });
+    var focus = round.focus;
+    if (!failed || !failed.left.length) {
+      if (focus && focus !== document.body && focus.isConnected && focused() !== focus && focus.focus) {
+        focus.focus({preventScroll: true});
+      }
+    }
+    settling = false;
+    if (!failed) { return; }
+    state.connectedClick = false;
+    console.warn(TAG, (failed.left.length ? "could not close what its click on the connect button opened (" +
+      failed.left.map(describe).join(", ") + "); close it yourself." : "its click on the connect button closed a " +
+      "view you had open (" + failed.lost.map(describe).join(", ") + ") and could not bring it back.") +
+      " The script no longer clicks the button while connected (the pointer move and the wake lock stay) and " +
+      "still tells you when the runtime is gone.");
+    emit("click-off");
+  }
+  /* Close one thing the click opened: its Close / Dismiss button if it is one, else Escape (as a person would),
+     and a dialog's or menu's own close() if Escape did not do it. */
+  function close(el) {
+    if (el.matches(CLOSERS)) {
+      el.click();
+      state.clicks += 1;
+      return;
+    }
+    var key = {key: "Escape", code: "Escape", keyCode: 27, which: 27, bubbles: true, composed: true, cancelable: true};
+    el.dispatchEvent(new KeyboardEvent("keydown", key));
+    el.dispatchEvent(new KeyboardEvent("keyup", key));
+    if (shown(el) && typeof el.close === "function") { el.close(); }
   }
   function gone(dialog, found) {
     var why = dialog ? "a \"" + dialog.text.slice(0, 60) + "\" dialog" :
@@ -309,7 +477,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     if (!state.running) { return; }
     state.ticks += 1;
     try {
-      var dialog = findDialog();
+      var page = collect(), dialog = findDialog(page);
       if (dialog && dialog.kind !== "disconnected") {
         state.dialog = {kind: dialog.kind, text: dialog.text};
         if (showNotice("dialog", "\u26a0 Colab needs you - ", "colabkit keep-alive: Colab shows a dialog (" +
@@ -347,7 +515,7 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
       if (runtime === "connected") {
         state.failedReconnects = 0;
         clearNotice();
-        keepActive(found.el);
+        keepActive(found, page);
       } else if (runtime === "disconnected") {
         dropWakeLock();
         gone(dialog, found);
@@ -367,9 +535,12 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     clearTimeout(timer);
     clearNotice();
     dropWakeLock();
+    INPUTS.forEach(function (type) { window.removeEventListener(type, onInput, true); });
     state.running = false;
     if (quiet !== true && wasRunning) {
-      console.info(TAG, "stopped after " + state.ticks + " check(s) and " + state.clicks + " reconnect click(s)");
+      console.info(TAG, "stopped after " + state.ticks + " check(s): " + state.connectClicks + " click(s) on the " +
+        "connected-state button, " + state.closed + " view(s) it opened closed again, " + state.reconnects +
+        " reconnect(s)");
     }
     return state.clicks;
   };
@@ -380,7 +551,8 @@ SCRIPT_TEMPLATE = r"""/* colabkit keep-alive for Google Colab (best-effort). Sto
     } catch (err) { /* needs a click on some browsers */ }
   }
   console.info(TAG, "started: checking the runtime every " + intervalMs / 1000 + " s (plus up to " +
-    Math.round(jitter * 100) + " %). While connected it clicks nothing; when the runtime is gone it " +
+    Math.round(jitter * 100) + " %). While connected it clicks the connect button, as maintained keep-alive " +
+    "scripts do, and closes what that opens; when the runtime is gone it " +
     (options.reconnect ? "reconnects (a fresh VM)" : "tells you and does not reconnect") +
     ". Best-effort; it does not lift the runtime cap. Stop it with stopKeepAlive().");
 })(__OPTIONS__);

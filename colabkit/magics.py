@@ -52,10 +52,11 @@ class ColabkitMagics(Magics):
     def keepalive(self, line=""):
         """Keep a Colab runtime alive (best-effort browser script) and save before the idle cutoff.
 
-        The script watches the toolbar (it clicks nothing while the runtime is connected) and, once the runtime
-        is gone, tells you instead of reconnecting (unless --reconnect). Official routes without a script, for a
-        runtime they connect or create themselves: Google's Colab extension for VS Code, Google's Colab CLI; and
-        the paid plans' background execution.
+        The script watches the toolbar (while the runtime is connected it clicks the connect button, as
+        maintained keep-alive scripts do, and closes what that opens; Colab publishes no rule that this counts as
+        activity) and, once the runtime is gone, tells you instead of reconnecting (unless --reconnect). Official
+        routes without a script, for a runtime they connect or create themselves: Google's Colab extension for
+        VS Code, Google's Colab CLI; and the paid plans' background execution.
         """
         from .keepalive import negative_argument
         bad = negative_argument(line)
