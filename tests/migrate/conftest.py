@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -35,3 +36,28 @@ def migrate_sources():
 def colab_notebook():
     """colab_notebook(*cell_sources) -> the JSON text of a minimal notebook in Colab's layout."""
     return _colab_notebook
+
+
+RUN_CELL = """\
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+result = InteractiveShell.instance().run_cell(sys.stdin.read())
+sys.exit(0 if result.success else 1)
+"""
+
+
+@pytest.fixture
+def run_cell_alone(tmp_path):
+    """run_cell_alone(source, cwd=None) -> (ok, output): one cell run by IPython in a fresh Python process, as a
+    user runs a cell first in a new kernel (nothing from other cells is defined)."""
+    import subprocess
+    import sys
+
+    def run(source, cwd=None):
+        ipython_dir = tmp_path / "ipython-alone"
+        env = dict(os.environ, IPYTHONDIR=str(ipython_dir), PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+        done = subprocess.run([sys.executable, "-c", RUN_CELL], input=source, capture_output=True, text=True,
+                              cwd=str(cwd or tmp_path), env=env, timeout=120)
+        return done.returncode == 0, done.stdout + done.stderr
+
+    return run

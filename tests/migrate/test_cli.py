@@ -40,7 +40,7 @@ def test_default_output_is_a_new_file_and_the_original_is_untouched(nbs, capsys)
     assert code == 0
     assert (nbs / "colab_drive_training.ipynb").read_bytes() == original
     assert (nbs / "colab_drive_training.local.ipynb").read_bytes() == expected("colab_drive_training")
-    assert f"-> {nbs / 'colab_drive_training.local.ipynb'}: 13 changes, 1 to do by hand" in out
+    assert f"-> {nbs / 'colab_drive_training.local.ipynb'}: 19 changes, 1 to do by hand" in out
     assert "cell 2 line 3  CK101 drive.mount(...) -> colabkit.mount_drive(...)" in out
     assert "      - drive.mount('/content/drive')\n      + colabkit.mount_drive()" in out
     assert "by hand:" in out and "to run it: pip install colabkit" in out

@@ -32,9 +32,10 @@ class Edit:
     text: str
     finding: Finding = None
     order: int = 5             # tie-break for insertions at the same place
-    provides_import: bool = False
-    drop: tuple = None         # (start, end, text) that removes a nested "import colabkit" made redundant
+    provides_import: bool = False  # writes "import colabkit"
+    drop: tuple = None         # (start, end, text) to write instead when the cell imports colabkit elsewhere
     top_level: bool = False
+    needs_import: bool = False  # its text also uses colabkit (a kept google.colab import under on_colab())
     new_span: tuple = None     # (start, end) offsets in the new source, set when applied
 
 
