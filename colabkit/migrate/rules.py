@@ -31,6 +31,11 @@ RULES = (
          "a cell too large to read (more than 10,000 lines or 2,000,000 characters: generated data, not code), "
          "or a multi-line shell escape whose words cannot be located",
          "the cell or line is left exactly as it is", False, "check this cell by hand"),
+    Rule("CK003", "install-cell", "install colabkit where it is missing",
+         "a migrated notebook whose cells now use colabkit and that does not install colabkit itself",
+         "a new code cell before the first one: 'try: import colabkit', and on ImportError '%pip install -q "
+         "colabkit' (with the extras the notebook needs), so the notebook starts on a fresh Colab runtime; it "
+         "installs nothing where colabkit is already there, and is not added again", True),
     Rule("CK101", "drive-mount", "mount Google Drive portably",
          "google.colab.drive.mount(...) however imported (drive.mount, google.colab.drive.mount, mount)",
          "colabkit.mount_drive(...): on Colab the same mount; elsewhere Drive is the drive_root folder. A literal "
@@ -188,6 +193,12 @@ PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
 RAW_PATH_MAGICS = frozenset({"cd"})
 WORD_MAGICS = frozenset({"run", "load", "pycat", "ls", "cp", "mv", "rm", "mkdir", "rmdir", "cat", "pip",
                          "writefile"})
+
+def requirement(extras) -> str:
+    """The pip requirement for colabkit with ``extras``: 'colabkit' or 'colabkit[a,b]'."""
+    extras = sorted(set(extras))
+    return f"colabkit[{','.join(extras)}]" if extras else "colabkit"
+
 
 NVIDIA_SMI_FALLBACK = ' || echo "colabkit: nvidia-smi failed or is missing (no NVIDIA GPU driver here)"'
 

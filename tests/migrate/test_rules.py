@@ -253,11 +253,16 @@ def test_import_added_before_first_use_in_each_cell_that_uses_it(migrate_sources
 
 
 def test_writefile_path_needs_an_earlier_import(migrate_sources):
-    cells, findings = migrate_sources("%%writefile /content/x.py\nprint(1)")
+    # a %%writefile cell cannot import colabkit before IPython expands its first line: an earlier cell must
+    cells, findings = migrate_sources("%%writefile /content/x.py\nprint(1)", ignore="install-cell")
     assert cells == ["%%writefile /content/x.py\nprint(1)"]
     assert "import colabkit" in findings[0].manual and not findings[0].applied
-    cells, _ = migrate_sources("import colabkit", "%%writefile /content/x.py\nprint(1)")
+    cells, _ = migrate_sources("import colabkit", "%%writefile /content/x.py\nprint(1)", ignore="install-cell")
     assert cells[1] == "%%writefile {colabkit.workdir('x.py', quoted=True)}\nprint(1)"
+    # the install cell migrate adds at the top imports colabkit before any other cell runs
+    cells, findings = migrate_sources("%%writefile /content/x.py\nprint(1)")
+    assert cells == ["%%writefile {colabkit.workdir('x.py', quoted=True)}\nprint(1)"]
+    assert all(f.applied for f in findings)
 
 
 def test_guard_uses_the_notebooks_indentation(migrate_sources):

@@ -7,8 +7,9 @@ import in cell 1 is dropped only if no later cell still needs the name it binds)
 
 One module per rule family, each a set of functions taking the shared state (``context``): ``colab`` (names bound
 to google.colab, guarded code), ``calls`` (drive.mount and the other Colab functions), ``paths`` (Colab paths in
-Python strings), ``escapes`` (shell escapes and paths in command lines), ``magics``, ``forms``, ``imports``;
-``edits`` applies what they decided.
+Python strings), ``escapes`` (shell escapes and paths in command lines), ``magics``, ``forms``, ``imports``
+(each cell imports what it uses); ``edits`` applies what they decided; ``install`` adds the cell that installs
+colabkit on a fresh runtime.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import re
 
 from .. import rules as R
 from ..cells import read_cell
-from . import calls, colab, escapes, forms, imports, magics, paths
+from . import calls, colab, escapes, forms, imports, install, magics, paths
 from .context import CellWork, Context, indent_unit
 from .edits import CellResult, Finding, apply
 
@@ -31,9 +32,9 @@ class Rewriter:
         self.active = frozenset(R.BY_CODE) if active is None else frozenset(active)
         self.drive_root = drive_root
 
-    def run(self, sources: list) -> list:
-        """``sources``: per cell, its source text, or None for a cell that is not code. One CellResult per code
-        cell, in order."""
+    def run(self, sources: list) -> tuple:
+        """``sources``: per cell, its source text, or None for a cell that is not code. Returns (one CellResult per
+        code cell, in order; the cells to add, as install.NewCell: the install cell, or none)."""
         works = []
         for index, source in enumerate(sources):
             if source is None:
@@ -66,9 +67,12 @@ class Rewriter:
             _python(ctx, work)
             _escapes(ctx, work)
             forms.forms(ctx, work)
+        installer, binds = install.existing(works)
         imports.replace_imports(ctx, works)
-        imports.ensure_import(works)
-        return [apply(work) for work in works]
+        # the install cell migrate adds imports colabkit before any other cell runs; so does one it added before
+        imports.ensure_import(works, bound=binds or (installer is None and ctx.on("CK003")))
+        results = [apply(work) for work in works]
+        return results, install.new_cells(ctx, works, results, installer)
 
 
 def _python(ctx, work):

@@ -18,6 +18,8 @@ class Finding:
     manual: str = ""          # what the user still has to do by hand
     before: list = dataclasses.field(default_factory=list)  # the original line(s)
     after: list = None        # the same place after migration (None: unchanged)
+    new_cell: bool = False    # about a cell migrate adds before cell ``cell`` (the install cell)
+    command: str = ""         # new_cell: the install command it runs
 
     @property
     def title(self) -> str:
