@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from colabkit.migrate import migrate_text
+from colabkit.migrate import RULES, migrate_text
 from colabkit.migrate import nbjson
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -104,9 +104,11 @@ def test_golden_set_covers_the_issue_constructs():
     for name in golden_inputs():
         _, findings, _ = migrate_text(_read(GOLDEN / f"{name}.ipynb"))
         seen.update(f.code for f in findings)
-    expected = {"CK001", "CK002", "CK003", "CK101", "CK102", "CK103", "CK104", "CK105", "CK106", "CK107", "CK108", "CK201", "CK202", "CK203", "CK204",
-                "CK205", "CK206", "CK207", "CK208", "CK209", "CK301", "CK302", "CK303", "CK304", "CK305", "CK306", "CK307",
-                "CK308", "CK309", "CK310", "CK401", "CK402"}
+    expected = {"CK001", "CK002", "CK003", "CK101", "CK102", "CK103", "CK104", "CK105", "CK106", "CK107", "CK108",
+                "CK109", "CK110", "CK201", "CK202", "CK203", "CK204", "CK205", "CK206", "CK207", "CK208", "CK209",
+                "CK210", "CK301", "CK302", "CK303", "CK304", "CK305", "CK306", "CK307", "CK308", "CK309", "CK310",
+                "CK311", "CK312", "CK401", "CK402"}
+    assert expected == {rule.code for rule in RULES}
     assert expected <= seen, sorted(expected - seen)
 
 
