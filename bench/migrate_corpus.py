@@ -8,7 +8,8 @@ code is never run) and check, independently of the rewriter's own bookkeeping:
 - ok:        migrate returned a notebook (no exception, valid JSON out);
 - changed:   how many cells changed;
 - left:      Colab-only paths ('/content...', '/gdrive', 'drive/MyDrive', 'My Drive' under a mount point) still
-             in strings of the code, and google.colab imports not under a Colab guard, after migration. Code means
+             in strings of the code, google.colab and condacolab imports not under a Colab guard, and reads of
+             os.environ['COLAB_...'] (set only on Colab) outside such a guard, after migration. Code means
              what IPython runs: each cell is put through IPython's TransformerManager (so '!cmd' and '%magic' lines
              count, as the strings IPython passes on) and parsed; comments and docstrings do not count, nor do the
              notebook's own Colab branches (an ``if`` whose test names something with "colab" in it, e.g.
@@ -20,7 +21,8 @@ code is never run) and check, independently of the rewriter's own bookkeeping:
              *silent* (none of these: nothing tells the user). Silent ones are defects;
 - idem:      a second migration of the output changes nothing;
 - parses:    every cell that IPython could turn into valid Python before still can after;
-- sources:   nothing but code-cell sources changed (the JSON with code sources removed is equal).
+- sources:   nothing but code-cell sources changed (the JSON with code sources removed is equal), apart from the
+             one cell migrate adds to install colabkit (CK003), which is set aside first.
 
 A notebook is clean when ok, idem, parses, sources and no silent leftover all hold. Prints one line per notebook
 and a summary; -v adds each leftover. Exit status 0 when every notebook is clean, 1 otherwise.
@@ -70,6 +72,20 @@ def _guarded_lines(tree) -> set:
             guarded = any(_imports_colab(n) for stmt in node.body for n in ast.walk(stmt))
         if guarded:
             lines.update(range(node.lineno, node.end_lineno + 1))
+    return lines
+
+
+def _env_checked_lines(tree) -> set:
+    """Lines where a COLAB_ variable is known to be set (under `if 'COLAB_X' in os.environ:`) or its absence is
+    caught (`try:` ... `except KeyError:`)."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While)) and any(
+                isinstance(n, ast.Constant) and str(n.value).startswith("COLAB_") for n in ast.walk(node.test)):
+            lines.update(range(node.body[0].lineno, node.end_lineno + 1))
+        elif isinstance(node, ast.Try) and any(h.type is None or "Error" in ast.unparse(h.type) or
+                                               "Exception" in ast.unparse(h.type) for h in node.handlers):
+            lines.update(range(node.lineno, node.body[-1].end_lineno + 1))
     return lines
 
 
@@ -143,6 +159,7 @@ def leftovers(source: str) -> list:
     if tree is None:
         return []
     guarded = _guarded_lines(tree)
+    env_checked = guarded | _env_checked_lines(tree)
     parents = _parents(tree)
     mapped = _mapped_form_fields(tree)
     found = []
@@ -158,6 +175,13 @@ def leftovers(source: str) -> list:
             found.append((kind, f"line {node.lineno}: {node.value.strip()[:100]!r}", path))
         elif _imports_colab(node) and node.lineno not in guarded:
             found.append(("left", f"line {node.lineno}: unguarded google.colab import", "google.colab"))
+        elif isinstance(node, ast.Import) and any(a.name == "condacolab" for a in node.names) and \
+                node.lineno not in guarded:
+            found.append(("left", f"line {node.lineno}: unguarded import condacolab (Colab only)", "condacolab"))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and \
+                ast.unparse(node.value) in ("os.environ", "environ") and isinstance(node.slice, ast.Constant) and \
+                str(node.slice.value).startswith("COLAB_") and node.lineno not in env_checked:
+            found.append(("left", f"line {node.lineno}: {ast.unparse(node)} (set only on Colab)", node.slice.value))
     return found
 
 
@@ -179,18 +203,22 @@ def check(path: Path) -> dict:
     from colabkit.migrate.report import NotebookReport
     text = path.read_bytes().decode("utf-8")
     row = {"notebook": path.name, "ok": False, "changed": 0, "reported": [], "silent": [], "shown": [],
-           "mapped": [], "idem": False,
+           "mapped": [], "idem": False, "added_cells": 0,
            "parses": False, "sources": False, "by_hand": [], "error": None}
     try:
         started = time.perf_counter()
         new_text, findings, changes = migrate_text(text)
         row["seconds"] = time.perf_counter() - started
         before, after = json.loads(text), json.loads(new_text)
+        # the cell migrate adds to install colabkit (CK003): set aside, so cell i of each is the same cell
+        added = {c.cell for c in changes if c.new}
+        row["added_cells"] = len(added)
+        after["cells"] = [cell for i, cell in enumerate(after["cells"]) if i not in added]
     except Exception as exc:  # noqa: BLE001 - a crash is what this bench is here to find
         row["error"] = f"{type(exc).__name__}: {exc}"
         return row
     row["ok"] = True
-    row["changed"] = len(changes)
+    row["changed"] = sum(not c.new for c in changes)
     report = NotebookReport(path=path.name, status="migrated", findings=findings, changes=changes)
     row["by_hand"] = report.manual_steps
     notes = {}

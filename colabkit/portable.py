@@ -185,10 +185,16 @@ def portable_path(path) -> str:
     "/content/x" -> ``workdir("x")``; any other path comes back unchanged. For paths known only at run time,
     e.g. a Colab form field: ``data_dir = colabkit.portable_path(data_dir)``.
 
+    A path in quotes, as Colab form fields hold paths meant for shell lines (``"\"/content/drive/MyDrive/x.zip\""``),
+    is mapped inside its quotes.
+
     Raises ValueError off Colab for a Drive path outside My Drive (the mount point itself, Shared drives,
     shortcuts), which has no equivalent under drive_root.
     """
     text = os.fspath(path)
+    if isinstance(text, str) and len(text) > 2 and text[0] == text[-1] and text[0] in "'\"" and \
+            classify_colab_path(text[1:-1]) is not None:
+        return text[0] + portable_path(text[1:-1]) + text[0]
     found = classify_colab_path(text) if isinstance(text, str) else None
     if found is None:
         return text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import nbjson
 from .report import STATUS_ERROR, STATUS_MIGRATED, STATUS_UNCHANGED, STATUS_WOULD, CellChange, NotebookReport
-from .rewrite import Rewriter
+from .rewrite import Rewriter, install
 from .rules import select
 
 LOCAL_SUFFIX = ".local"
@@ -20,19 +20,26 @@ class MigrateError(ValueError):
 
 def migrate_text(text: str, *, rules=None, ignore=None, drive_root=None):
     """Migrate a notebook given as JSON text. Returns (new_text, findings, changes); ``new_text`` is ``text``
-    itself when nothing changes. Raises nbjson.NotebookFormatError for text that is not an nbformat 4 notebook."""
+    itself when nothing changes. Changed cells keep their place; a cell migrate adds (the install cell, CK003)
+    is a change with ``new=True`` and a finding with ``new_cell=True``, both numbered by the cell it goes before.
+    Raises nbjson.NotebookFormatError for text that is not an nbformat 4 notebook."""
     notebook = nbjson.parse(text)
     if not _is_python(notebook):
         return text, [], []
     sources = [nbjson.source_text(cell) if cell.get("cell_type") == "code" else None for cell in notebook["cells"]]
-    results = Rewriter(select(rules, ignore), drive_root=drive_root).run(sources)
-    findings, changes, new_sources = [], [], {}
+    results, new_cells = Rewriter(select(rules, ignore), drive_root=drive_root).run(sources)
+    findings = [cell.finding for cell in new_cells]
+    changes = [CellChange(cell.index, "", cell.source, new=True) for cell in new_cells]
+    new_sources = {}
     for result in results:
         findings.extend(result.findings)
         if result.new_source != result.source:
             changes.append(CellChange(result.index, result.source, result.new_source))
             new_sources[result.index] = result.new_source
-    return nbjson.replace_sources(text, new_sources), findings, changes
+    new_text = nbjson.replace_sources(text, new_sources)
+    for cell in new_cells:  # (one at most: the install cell)
+        new_text = nbjson.insert_code_cell(new_text, cell.index, cell.source, install.CELL_ID)
+    return new_text, findings, changes
 
 
 def _is_python(notebook: dict) -> bool:

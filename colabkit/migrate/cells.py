@@ -73,8 +73,11 @@ class Escape:
 class CellCode:
     """A code cell read the way IPython reads it."""
     lines: list                 # the original lines ("\n" kept)
-    magic: tuple = None         # (name, first-line arguments) of a cell magic
-    body_start: int = 0         # first line of Python (1 after a cell magic whose body is Python)
+    magic: tuple = None         # (name, first-line arguments) of a cell magic (the innermost of a stack)
+    magics: list = dataclasses.field(default_factory=list)  # [(name, arguments, line)]: %%capture over %%shell...
+    comments_above: int = 0     # lines of comments (and blanks) above the first cell magic: Colab runs such a
+    #                             cell as the magic, IPython only with the magic on the first line
+    body_start: int = 0         # first line of Python (the line after the cell magics whose body is Python)
     python: bool = True         # the (body of the) cell is Python and was analysed
     escapes: list = dataclasses.field(default_factory=list)
     tree: ast.Module = None
@@ -102,17 +105,8 @@ def read_cell(source: str, python_cell_magics) -> CellCode:
     if "\r" in source.replace("\r\n", ""):
         cell.problem = ("CK002", 1, "the cell has lone carriage returns (\\r) as line breaks")
         return cell
-    if lines[0].startswith("%%"):
-        it2 = inputtransformer()
-        transformed = it2.cell_magic([line if line.endswith("\n") else line + "\n" for line in lines])
-        call = _parse_call(transformed[0]) if len(transformed) == 1 else None
-        if call is not None and call[0] == "run_cell_magic":
-            name, first_line = call[1][0], call[1][1]
-            cell.magic = (name, first_line)
-            if name not in python_cell_magics:
-                cell.python = False
-                return cell
-            cell.body_start = 1
+    if not _read_cell_magics(cell, lines, python_cell_magics):
+        return cell
     code_lines = ["\n"] * cell.body_start + lines[cell.body_start:]
     try:
         cell.tree = _compile("".join(code_lines))
@@ -147,6 +141,48 @@ def read_cell(source: str, python_cell_magics) -> CellCode:
     except (MemoryError, RecursionError) as exc:
         cell.problem = ("CK001", 1, _too_deep(exc))
     return cell
+
+
+def _magic_start(lines: list) -> tuple:
+    """(line of the cell magic IPython or Colab runs, lines of comments above it). IPython drops blank lines at
+    the top of a cell; Colab also runs a cell magic below comment lines (a note, a form title)."""
+    comments = 0
+    for number, line in enumerate(lines):
+        if line.startswith("%%"):
+            return number, comments
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comments = number + 1
+        elif stripped:
+            break
+    return None, 0
+
+
+def _read_cell_magics(cell, lines, python_cell_magics) -> bool:
+    """Fill in the cell magics of ``cell``; False when its body is not Python (nothing more to read)."""
+    start, comments = _magic_start(lines)
+    if start is None:
+        return True
+    it2 = inputtransformer()
+    while True:
+        body = [line if line.endswith("\n") else line + "\n" for line in lines[start:]]
+        transformed = it2.cell_magic(body)
+        call = _parse_call(transformed[0]) if len(transformed) == 1 else None
+        if call is None or call[0] != "run_cell_magic":
+            return True
+        name, first_line = call[1][0], call[1][1]
+        cell.magic = (name, first_line)
+        cell.magics.append((name, first_line, start))
+        cell.comments_above = comments
+        if name not in python_cell_magics:
+            cell.python = False
+            return False
+        cell.body_start = start + 1
+        # the body of %%capture / %%time is a cell IPython reads again: it may start with a cell magic of its own
+        following = next((n for n in range(start + 1, len(lines)) if lines[n].strip()), None)
+        if following is None or not lines[following].startswith("%%"):
+            return True
+        start = following
 
 
 def _too_large(source: str) -> str:

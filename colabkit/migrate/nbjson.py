@@ -192,3 +192,72 @@ def replace_sources(text: str, new_sources: dict) -> str:
         last = end
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+def cell_spans(text: str) -> list:
+    """(start, end) of each cell object of ``cells`` in ``text`` (character offsets)."""
+    i = _skip_ws(text, 1 if text.startswith(BOM) else 0)
+    if text[i:i + 1] != "{":
+        raise NotebookFormatError("not a JSON object")
+    i = _skip_ws(text, i + 1)
+    while text[i] != "}":
+        key, i = scanstring(text, i + 1)
+        i = _skip_ws(text, _skip_ws(text, i) + 1)
+        if key == "cells":
+            spans = []
+            i = _skip_ws(text, i + 1)
+            while text[i] != "]":
+                start = i
+                _, i = _DECODER.raw_decode(text, i)
+                spans.append((start, i))
+                i = _skip_ws(text, i)
+                if text[i] == ",":
+                    i = _skip_ws(text, i + 1)
+            return spans
+        _, i = _DECODER.raw_decode(text, i)
+        i = _skip_ws(text, i)
+        if text[i] == ",":
+            i = _skip_ws(text, i + 1)
+    raise NotebookFormatError("not a valid nbformat 4 notebook: 'cells' is missing")
+
+
+def insert_code_cell(text: str, index: int, source: str, cell_id: str) -> str:
+    """``text`` with a new code cell holding ``source`` inserted before cell ``index``; every other byte unchanged.
+
+    The new cell copies the layout of the cell it goes before: its key order, its indentation, its separators,
+    a source stored as a string or as a list of lines, and where it keeps its id (Colab: ``metadata.id``; nbformat
+    4.5: an ``id`` key); ``cell_id`` is used, with a number added if the notebook already has it."""
+    notebook = parse(text)
+    spans = cell_spans(text)
+    if not spans:
+        raise NotebookFormatError("the notebook has no cell to put a new cell before")
+    index = min(index, len(spans) - 1)
+    template = notebook["cells"][index]
+    taken = {str(c.get("id")) for c in notebook["cells"]} | \
+        {str((c.get("metadata") or {}).get("id")) for c in notebook["cells"] if isinstance(c.get("metadata"), dict)}
+    unique, number = cell_id, 1
+    while unique in taken:
+        number += 1
+        unique = f"{cell_id}-{number}"
+    has_meta_id = isinstance(template.get("metadata"), dict) and "id" in template["metadata"]
+    values = {"cell_type": "code", "execution_count": None, "metadata": {"id": unique} if has_meta_id else {},
+              "outputs": [], "id": unique,
+              "source": source if isinstance(template.get("source"), str) else split_lines(source)}
+    keys = [k for k in template if k in values]
+    keys += [k for k in ("cell_type", "metadata", "source", "outputs", "execution_count") if k not in keys]
+    if "id" in template and "id" not in keys:
+        keys.append("id")
+    cell = {key: values[key] for key in keys}
+    start, _ = spans[index]
+    newline = "\r\n" if "\r\n" in text[:2000] else "\n"
+    ensure_ascii = text.isascii()
+    before = text[:start]
+    gap = before[len(before.rstrip(" \t\r\n")):]  # the whitespace between '[' (or ',') and the cell
+    if "\n" not in text.strip():
+        rendered = json.dumps(cell, ensure_ascii=ensure_ascii,
+                              separators=(", ", ": ") if '": ' in text else (",", ":"))
+    else:
+        indent = gap[gap.rfind("\n") + 1:] if "\n" in gap else ""
+        rendered = json.dumps(cell, ensure_ascii=ensure_ascii, indent=_indent_unit(text))
+        rendered = rendered.replace("\n", newline + indent)
+    return before + rendered + "," + gap + text[start:]

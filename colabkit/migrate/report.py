@@ -14,9 +14,10 @@ STATUS_ERROR = "error"                # could not be processed; ``error`` says w
 
 @dataclasses.dataclass
 class CellChange:
-    cell: int        # 0-based index
+    cell: int        # 0-based index (of the original notebook's cell; a new cell goes before that one)
     before: str
     after: str
+    new: bool = False  # a cell migrate adds (before is "")
 
 
 @dataclasses.dataclass
@@ -52,8 +53,13 @@ class NotebookReport:
     @property
     def install(self) -> str:
         """The pip command the migrated notebook needs."""
-        extras = sorted({extra for found in self.findings if found.applied for extra in R.BY_CODE[found.code].extras})
-        return f'pip install "colabkit[{",".join(extras)}]"' if extras else "pip install colabkit"
+        extras = {extra for found in self.findings if found.applied for extra in R.BY_CODE[found.code].extras}
+        return f'pip install "{R.requirement(extras)}"' if extras else "pip install colabkit"
+
+    @property
+    def install_cell(self):
+        """The finding of the cell migrate added to install colabkit on a fresh runtime (None if it added none)."""
+        return next((f for f in self.findings if f.new_cell and f.applied), None)
 
     def counts(self) -> tuple:
         applied = sum(1 for f in self.findings if f.applied)
@@ -64,8 +70,8 @@ class NotebookReport:
             "path": self.path, "status": self.status, "output": self.output, "backup": self.backup,
             "error": self.error, "changed": self.changed, "copied": self.copied,
             "findings": [{"code": f.code, "rule": R.BY_CODE[f.code].name, "cell": f.cell + 1, "line": f.line,
-                          "message": f.message, "applied": f.applied, "manual": f.manual or None,
-                          "before": f.before, "after": f.after} for f in self.findings],
+                          "new_cell": f.new_cell, "message": f.message, "applied": f.applied,
+                          "manual": f.manual or None, "before": f.before, "after": f.after} for f in self.findings],
             "manual_steps": self.manual_steps,
             "install": self.install if self.changed else None,
         }
@@ -75,9 +81,10 @@ class NotebookReport:
         out = []
         target = self.output or self.path
         for change in self.changes:
+            where = f"new cell before cell {change.cell + 1}" if change.new else f"cell {change.cell + 1}"
             lines = difflib.unified_diff(
                 _diff_lines(change.before), _diff_lines(change.after),
-                fromfile=f"{self.path} (cell {change.cell + 1})", tofile=f"{target} (cell {change.cell + 1})")
+                fromfile=f"{self.path} ({'no cell' if change.new else where})", tofile=f"{target} ({where})")
             out.extend(line if line.endswith("\n") else line + "\n" for line in lines)
         return "".join(out)
 
@@ -100,9 +107,15 @@ class NotebookReport:
         if quiet:
             return head
         lines = [head]
+        added = self.install_cell
+        if added is not None:
+            lines.append(f"  (cell numbers are those of {self.path}; the migrated notebook has a new cell before "
+                         f"cell {added.cell + 1}, so from there on its cells are one further down)")
         for found in self.findings:
             mark = "" if found.applied else ("  [by hand]" if found.manual else "  [note]")
-            lines.append(f"  cell {found.cell + 1} line {found.line}  {found.code} {found.message}{mark}")
+            where = f"new cell before cell {found.cell + 1}" if found.new_cell else \
+                f"cell {found.cell + 1} line {found.line}"
+            lines.append(f"  {where}  {found.code} {found.message}{mark}")
             if found.applied and found.after is not None:
                 lines.extend(f"      - {_shown(line)}" for line in found.before)
                 lines.extend(f"      + {_shown(line)}" for line in found.after)
@@ -123,7 +136,10 @@ class NotebookReport:
                 shown = ", ".join(places[:6]) + (f" and {len(places) - 6} more" if len(places) > 6 else "")
                 lines.append(f"    - {step}" + (f" ({shown})" if shown else ""))
         if self.changed:
-            lines.append(f"  to run it: {self.install} (the migrated notebook imports colabkit itself)")
+            cell = self.install_cell
+            how = (f" (a fresh Colab runtime: the new first code cell runs {cell.command})" if cell is not None
+                   else " (each cell that uses colabkit imports it)")
+            lines.append(f"  to run it: {self.install}{how}")
         return "\n".join(lines)
 
 

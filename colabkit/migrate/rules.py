@@ -31,6 +31,11 @@ RULES = (
          "a cell too large to read (more than 10,000 lines or 2,000,000 characters: generated data, not code), "
          "or a multi-line shell escape whose words cannot be located",
          "the cell or line is left exactly as it is", False, "check this cell by hand"),
+    Rule("CK003", "install-cell", "install colabkit where it is missing",
+         "a migrated notebook whose cells now use colabkit and that does not install colabkit itself",
+         "a new code cell before the first one: 'try: import colabkit', and on ImportError '%pip install -q "
+         "colabkit' (with the extras the notebook needs), so the notebook starts on a fresh Colab runtime; it "
+         "installs nothing where colabkit is already there, and is not added again", True),
     Rule("CK101", "drive-mount", "mount Google Drive portably",
          "google.colab.drive.mount(...) however imported (drive.mount, google.colab.drive.mount, mount)",
          "colabkit.mount_drive(...): on Colab the same mount; elsewhere Drive is the drive_root folder. A literal "
@@ -67,6 +72,20 @@ RULES = (
          "prints the full local path, which is harmless. Otherwise it is reported", False,
          "this string treats a Colab path as text; at home it does not match: use colabkit.drive() / "
          "colabkit.workdir() for the prefix"),
+    Rule("CK109", "drive-link", "link to Drive at the filesystem root",
+         "'!ln -s /content/drive/MyDrive /mydrive' or os.symlink(...) (a link at the root to a Colab path), and the "
+         "paths through it ('/mydrive/data/x.csv') in every cell",
+         "the paths through the link become colabkit.drive('data/x.csv') (colabkit.workdir for /content), like the "
+         "paths they stand for; the link is made only on Colab ('if colabkit.on_colab():'). A link elsewhere "
+         "outside the working folder (/root/.kaggle) is reported", True,
+         "use the portable path of the link's target where the notebook uses the link"),
+    Rule("CK110", "config-text", "Colab path in text written to a file",
+         "Colab paths in a multi-line string (a TOML or YAML training config the notebook writes to a file) and in "
+         "the text of a %%writefile cell",
+         "the text becomes an f-string giving the same text with {colabkit.drive('...')} / "
+         "{colabkit.workdir('...')} in place of each path (its braces doubled); a %%writefile cell becomes the "
+         "call IPython makes for it, get_ipython().run_cell_magic('writefile', ..., rf\"\"\"...\"\"\"). Text "
+         "that is only shown, and docstrings, stay as they are", True),
     Rule("CK201", "content-path", "path under /content",
          "'/content/...' (not Drive) in Python strings, shell escapes and magics: Colab's working area",
          "colabkit.workdir('...'): /content on Colab, the notebook's folder (COLABKIT_WORKDIR) elsewhere", True),
@@ -102,6 +121,12 @@ RULES = (
          "each path as on one line: {colabkit.drive('...', quoted=True)} / {colabkit.workdir('...', quoted=True)}; "
          "lines using $ expansion or unbalanced quotes are reported", True,
          "replace the path by hand (colabkit.drive() / colabkit.workdir())"),
+    Rule("CK210", "cell-magic-below-comments", "cell magic below comment lines",
+         "comment lines (a note, a form title) above a cell magic such as %%shell or %%capture: Colab runs the "
+         "magic, IPython only when it is the cell's first line (otherwise the cell is a SyntaxError)",
+         "the magic line(s) move to the top and the comments right below them, where the body reads them as "
+         "comments (shell, Python); otherwise reported", True,
+         "make the cell magic the first line and move the comments to a markdown cell"),
     Rule("CK301", "colab-import", "google.colab import",
          "import google.colab / from google.colab[.x] import ...",
          "import colabkit when every use has a portable equivalent; otherwise the import is kept under "
@@ -139,6 +164,16 @@ RULES = (
     Rule("CK310", "tensorflow-version", "%tensorflow_version",
          "the Colab-only magic %tensorflow_version",
          "commented out: it has no effect on today's Colab (TensorFlow 2 is the only version)", True),
+    Rule("CK311", "condacolab", "condacolab runs only on Colab",
+         "import condacolab and condacolab.install() / .check() ...: a Colab-only installer (it puts conda into "
+         "Colab's Python and restarts the runtime; elsewhere its import raises)",
+         "those statements run under 'if colabkit.on_colab():'", True,
+         "start Jupyter from a conda (or mamba) environment with the packages the notebook installs with conda"),
+    Rule("CK312", "colab-env", "environment variable only Colab sets",
+         "os.environ['COLAB_TPU_ADDR'] (COLAB_GPU, COLAB_RELEASE_TAG, any COLAB_*) read where nothing makes sure "
+         "it is set: elsewhere it raises KeyError",
+         "reported with the read that does not raise, os.environ.get('COLAB_...') (None off Colab)", False,
+         "read it with os.environ.get(...) and handle None, or run it under 'if colabkit.on_colab():'"),
     Rule("CK401", "forms", "Colab form kept",
          "#@title, #@param and #@markdown form comments",
          "kept: Colab shows a form, elsewhere they are plain comments and the values are the defaults", False),
@@ -188,6 +223,12 @@ PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
 RAW_PATH_MAGICS = frozenset({"cd"})
 WORD_MAGICS = frozenset({"run", "load", "pycat", "ls", "cp", "mv", "rm", "mkdir", "rmdir", "cat", "pip",
                          "writefile"})
+
+def requirement(extras) -> str:
+    """The pip requirement for colabkit with ``extras``: 'colabkit' or 'colabkit[a,b]'."""
+    extras = sorted(set(extras))
+    return f"colabkit[{','.join(extras)}]" if extras else "colabkit"
+
 
 NVIDIA_SMI_FALLBACK = ' || echo "colabkit: nvidia-smi failed or is missing (no NVIDIA GPU driver here)"'
 

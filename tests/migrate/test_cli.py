@@ -40,7 +40,7 @@ def test_default_output_is_a_new_file_and_the_original_is_untouched(nbs, capsys)
     assert code == 0
     assert (nbs / "colab_drive_training.ipynb").read_bytes() == original
     assert (nbs / "colab_drive_training.local.ipynb").read_bytes() == expected("colab_drive_training")
-    assert f"-> {nbs / 'colab_drive_training.local.ipynb'}: 13 changes, 1 to do by hand" in out
+    assert f"-> {nbs / 'colab_drive_training.local.ipynb'}: 20 changes, 1 to do by hand" in out
     assert "cell 2 line 3  CK101 drive.mount(...) -> colabkit.mount_drive(...)" in out
     assert "      - drive.mount('/content/drive')\n      + colabkit.mount_drive()" in out
     assert "by hand:" in out and "to run it: pip install colabkit" in out
@@ -169,7 +169,7 @@ def test_json_report(nbs, capsys):
     report = reports[0]
     assert report["status"] == "would migrate" and report["changed"] is True
     secret = next(f for f in report["findings"] if f["code"] == "CK304")
-    assert secret == {"code": "CK304", "rule": "secrets", "cell": 2, "line": 2,
+    assert secret == {"code": "CK304", "rule": "secrets", "cell": 2, "line": 2, "new_cell": False,
                       "message": "userdata.get(...) -> colabkit.secret(...)", "applied": True,
                       "manual": "set the environment variable HF_TOKEN on this machine",
                       "before": ["token = userdata.get('HF_TOKEN')"], "after": ["token = colabkit.secret('HF_TOKEN')"]}
@@ -239,7 +239,7 @@ def test_syntax_error_cell_is_left_alone_and_reported(tmp_path, colab_notebook, 
                                    "for x in range(3)\n    print('/content/x')"))
     code, out, _ = run_cli(path, capsys=capsys)
     assert code == 0
-    cells = json.loads((tmp_path / "broken.local.ipynb").read_text())["cells"]
+    cells = json.loads((tmp_path / "broken.local.ipynb").read_text())["cells"][1:]  # after the install cell
     assert "".join(cells[0]["source"]) == "import colabkit\ncolabkit.mount_drive()"
     assert "".join(cells[1]["source"]) == "for x in range(3)\n    print('/content/x')"
     assert "cell 2 line 1  CK001 cell left unchanged: SyntaxError: expected ':'" in out
@@ -261,7 +261,8 @@ def test_migrate_paths_validates_rules_before_touching_files(nbs):
 def test_python_api_report(nbs):
     report = migrate_notebook(nbs / "colab_secrets_files.ipynb", check=True)
     assert report.status == "would migrate" and report.changed and not report.failed
-    assert [c.cell for c in report.changes] == [1, 2, 4, 5, 6]
+    assert [(c.cell, c.new) for c in report.changes] == [(1, True), (1, False), (2, False), (4, False), (5, False),
+                                                         (6, False)]
     assert "set the environment variable HF_TOKEN on this machine" in report.manual_steps
     assert report.install == 'pip install "colabkit[notebook]"'  # cv2_imshow shows images with IPython.display
 
@@ -334,14 +335,14 @@ def test_hostile_notebooks_are_one_line_each_and_the_others_are_migrated(hostile
                       f"deeper than Python's json module reads (a notebook nests a few levels)"]
     assert (nbs / "colab_drive_training.local.ipynb").read_bytes() == expected("colab_drive_training")
     for name, left_alone in (("minus", "-" * 100_000 + "1"), ("parens", "(" * 100_000)):
-        cells = json.loads((nbs / f"{name}.local.ipynb").read_text())["cells"]
+        cells = json.loads((nbs / f"{name}.local.ipynb").read_text())["cells"][1:]  # after the install cell
         assert "".join(cells[0]["source"]) == "import colabkit\ncolabkit.mount_drive()"   # the rest is migrated
         assert "".join(cells[1]["source"]) == left_alone                                   # that cell, byte for byte
     assert ("cell 2 line 1  CK001 cell left unchanged: Python's parser gives up on it: nested too deeply "
             "(MemoryError)") in out
     assert "cell 2 line 1  CK001 cell left unchanged: SyntaxError: too many nested parentheses" in out
     assert "      | " + "(" * 200 + " ... (99800 more characters)\n" in out   # the report shows a line, not a page
-    chain = json.loads((nbs / "chain.local.ipynb").read_text())["cells"]
+    chain = json.loads((nbs / "chain.local.ipynb").read_text())["cells"][1:]
     assert "".join(chain[0]["source"]) == "import colabkit\ncolabkit.mount_drive()\ntotal = a" + " + a" * 2500
     assert "6 notebooks: 4 migrated, 0 already portable, 2 failed" in out
 
@@ -355,7 +356,7 @@ def test_cells_too_large_to_read_are_left_alone_and_the_rest_is_migrated(tmp_pat
     path.write_text(_code_cells(MOUNT, long, wide))
     code, out, err = run_cli(path, capsys=capsys)
     assert code == 0, err
-    cells = json.loads((tmp_path / "big.local.ipynb").read_text())["cells"]
+    cells = json.loads((tmp_path / "big.local.ipynb").read_text())["cells"][1:]  # after the install cell
     assert "".join(cells[0]["source"]) == "import colabkit\ncolabkit.mount_drive()"
     assert (cells[1]["source"], cells[2]["source"]) == (long, wide)
     assert ("cell 2 line 1  CK002 cell left unchanged: it has 10001 lines, more than colabkit migrate reads in one "

@@ -54,3 +54,20 @@ def test_a_leftover_the_report_names_is_clean_one_it_does_not_is_not(tmp_path, c
                         lambda text, **kw: (lambda r: (r[0], [f for f in r[1] if f.applied], r[2]))(real(text, **kw)))
     row = corpus.check(path)
     assert row["silent"] and not corpus.clean(row)
+
+
+def test_the_install_cell_is_not_counted_as_a_change_to_other_cells(tmp_path, colab_notebook):
+    path = tmp_path / "nb.ipynb"
+    path.write_text(colab_notebook("p = '/content/drive/MyDrive/x'", "x = 1"), encoding="utf-8")
+    row = corpus.check(path)
+    assert row["added_cells"] == 1 and row["changed"] == 1
+    assert row["sources"] and row["parses"] and row["idem"] and corpus.clean(row)
+
+
+def test_colab_only_runtime_leftovers():
+    assert kinds("import condacolab\ncondacolab.install()") == ["left"]
+    assert kinds("import colabkit\nif colabkit.on_colab():\n    import condacolab") == []
+    assert kinds("tpu = os.environ['COLAB_TPU_ADDR']") == ["left"]
+    assert kinds("tag = os.environ.get('COLAB_RELEASE_TAG')") == []
+    assert kinds("if 'COLAB_TPU_ADDR' in os.environ:\n    a = os.environ['COLAB_TPU_ADDR']") == []
+    assert kinds("try:\n    a = os.environ['COLAB_GPU']\nexcept KeyError:\n    a = None") == []

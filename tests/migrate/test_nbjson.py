@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from colabkit.migrate import migrate_text
-from colabkit.migrate.nbjson import NotebookFormatError, parse, render_source, replace_sources, source_spans
+from colabkit.migrate import migrate_text as _migrate_text
+from colabkit.migrate.nbjson import (NotebookFormatError, cell_spans, insert_code_cell, parse, render_source,
+                                     replace_sources, source_spans)
 
 MOUNT = "from google.colab import drive\ndrive.mount('/content/drive')"
 MIGRATED = "import colabkit\ncolabkit.mount_drive()"
@@ -18,6 +19,11 @@ def _notebook(source, **dump):
                      "outputs": [], "source": source},
                     {"cell_type": "markdown", "metadata": {}, "source": ["é \\u00e9 \U0001F600"]}]}
     return json.dumps(nb, **dump)
+
+
+def migrate_text(text):
+    """Source rewriting alone: without the install cell (CK003), whose insertion is tested below."""
+    return _migrate_text(text, ignore="install-cell")
 
 
 def _only_source_changed(old, new, index=0):
@@ -126,3 +132,43 @@ def test_what_is_not_a_notebook(text, message):
 def test_nbformat_3_message_says_how_to_convert():
     with pytest.raises(NotebookFormatError, match="jupyter nbconvert --to notebook --nbformat 4"):
         parse('{"nbformat": 3, "nbformat_minor": 0, "worksheets": []}')
+
+
+LAYOUTS = [dict(indent=1), dict(indent=2), dict(indent=4, sort_keys=True), dict(indent="\t"),
+           dict(indent=1, ensure_ascii=False), dict(), dict(separators=(",", ":"))]
+
+
+@pytest.mark.parametrize("dump", LAYOUTS)
+@pytest.mark.parametrize("crlf", [False, True])
+def test_a_new_cell_is_laid_out_like_its_neighbour_and_nothing_else_moves(dump, crlf):
+    text = _notebook(MOUNT.splitlines(True), **dump)
+    if crlf and "\n" in text:
+        text = text.replace("\n", "\r\n")
+    new = insert_code_cell(text, 0, "a = 1\nb = 2", "colabkit-install")
+    start, end = cell_spans(new)[0]
+    following = cell_spans(new)[1][0]
+    assert new[:start] + new[following:] == text  # only the new cell and one separator were added
+    cells = json.loads(new)["cells"]
+    assert cells[0] == {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                        "source": ["a = 1\n", "b = 2"]}
+    assert list(cells[0]) == list(json.loads(text)["cells"][0])  # the neighbour's key order
+    inserted = new[start:end]
+    neighbour = new[following:cell_spans(new)[1][1]]
+    if "\n" in text:  # the same indentation for the same keys
+        key_indent = neighbour.split('"cell_type"')[0].split("\n")[-1]
+        assert f'\n{key_indent}"cell_type": "code"' in inserted
+        if crlf:
+            assert "\r\n" in inserted and "\n" not in inserted.replace("\r\n", "")
+        else:
+            assert "\r" not in inserted
+    else:
+        assert "\n" not in inserted
+
+
+def test_a_new_cell_takes_a_free_id_where_the_notebook_keeps_ids():
+    text = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                       "cells": [{"cell_type": "code", "execution_count": None, "id": "colabkit-install",
+                                  "metadata": {}, "outputs": [], "source": "x"}]}, indent=1)
+    new = insert_code_cell(text, 0, "y", "colabkit-install")
+    assert [c["id"] for c in json.loads(new)["cells"]] == ["colabkit-install-2", "colabkit-install"]
+    assert json.loads(new)["cells"][0]["source"] == "y"  # a string source, like its neighbour

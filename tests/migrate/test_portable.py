@@ -269,3 +269,13 @@ def test_drive_mounted_on_colab_never_mounts(on_colab):
     colabkit.mount_drive()
     assert colabkit.drive_mounted() is True
     assert [c["call"] for c in _calls()] == ["drive.mount"]
+
+
+def test_portable_path_of_a_quoted_path_keeps_its_quotes(monkeypatch, tmp_path):
+    """Colab form fields meant for shell lines hold the path in quotes: "\"/content/drive/MyDrive/wavs.zip\""."""
+    monkeypatch.setenv("COLABKIT_DRIVE_ROOT", str(tmp_path / "d"))
+    monkeypatch.setenv("COLABKIT_WORKDIR", str(tmp_path / "w"))
+    assert colabkit.portable_path('"/content/drive/MyDrive/wavs.zip"') == f'"{tmp_path / "d" / "wavs.zip"}"'
+    assert colabkit.portable_path("'/content/data'") == f"'{tmp_path / 'w' / 'data'}'"
+    assert colabkit.portable_path('"data.zip"') == '"data.zip"'
+    assert colabkit.portable_path('"/content/x\'') == '"/content/x\''

@@ -41,7 +41,7 @@ CASES = {
                           "import colabkit\nx = colabkit.drive(r'a')\ny = colabkit.workdir('''x.txt''')\n"
                           "z = colabkit.workdir(u'z')"),
     "path-fstring": ("name = 'a'\np = f'/content/drive/MyDrive/runs/{name}.h5'",
-                     "name = 'a'\nimport colabkit\np = colabkit.drive(f'runs/{name}.h5')"),
+                     "import colabkit\nname = 'a'\np = colabkit.drive(f'runs/{name}.h5')"),
     "path-fstring-prefix-only": ("s = f'/content{x}'", "import colabkit\ns = f'{colabkit.workdir()}{x}'"),
     "path-concatenation": ("x = ('/content/drive/MyDrive/' 'a.csv')", "import colabkit\nx = (colabkit.drive('a.csv'))"),
     "path-root-and-slash": ("a = '/content/drive/MyDrive'\nb = '/content/drive/MyDrive/'\nc = b + 'x'",
@@ -144,7 +144,7 @@ CASES = {
     "user-guard-ifexp": ("root = '/content/drive/MyDrive' if IN_COLAB else './data'",
                          "root = '/content/drive/MyDrive' if IN_COLAB else './data'"),
     "top-level-await": ("import asyncio\nawait asyncio.sleep(0)\np = '/content/x'",
-                        "import asyncio\nawait asyncio.sleep(0)\nimport colabkit\np = colabkit.workdir('x')"),
+                        "import asyncio\nimport colabkit\nawait asyncio.sleep(0)\np = colabkit.workdir('x')"),
     "help-syntax": ("len?\np = '/content/x'", "len?\nimport colabkit\np = colabkit.workdir('x')"),
     "not-magics": ("x = 10 % 3\ny = x != 1\nprint('100%')", "x = 10 % 3\ny = x != 1\nprint('100%')"),
     "syntax-error-cell-untouched": ("!pip install x\ndef f(:\n  pass", "!pip install x\ndef f(:\n  pass"),
@@ -232,7 +232,7 @@ def test_import_kept_for_colab_when_another_cell_still_needs_it(migrate_sources)
                                       "drive.mount('/content/drive')",
                                       "html = output.eval_js('document.title')")
     assert cells[0] == "import colabkit\nif colabkit.on_colab():\n    from google.colab import output"
-    assert cells[1] == "colabkit.mount_drive()"
+    assert cells[1] == "import colabkit\ncolabkit.mount_drive()"  # each cell imports what it uses
     assert _codes(findings, applied=False) == ["CK307"]
 
 
@@ -245,19 +245,24 @@ def test_try_import_idiom_does_not_keep_the_import_alive(migrate_sources):
     assert cells[2] == "import colabkit\ncolabkit.upload()"
 
 
-def test_import_added_once_before_first_use_and_not_again(migrate_sources):
+def test_import_added_before_first_use_in_each_cell_that_uses_it(migrate_sources):
     cells, _ = migrate_sources("#@title Paths\n# data lives on Drive\n\nDATA = '/content/drive/MyDrive/d'",
                                "OUT = '/content/out'")
     assert cells[0] == "#@title Paths\n# data lives on Drive\n\nimport colabkit\nDATA = colabkit.drive('d')"
-    assert cells[1] == "OUT = colabkit.workdir('out')"
+    assert cells[1] == "import colabkit\nOUT = colabkit.workdir('out')"
 
 
 def test_writefile_path_needs_an_earlier_import(migrate_sources):
-    cells, findings = migrate_sources("%%writefile /content/x.py\nprint(1)")
+    # a %%writefile cell cannot import colabkit before IPython expands its first line: an earlier cell must
+    cells, findings = migrate_sources("%%writefile /content/x.py\nprint(1)", ignore="install-cell")
     assert cells == ["%%writefile /content/x.py\nprint(1)"]
     assert "import colabkit" in findings[0].manual and not findings[0].applied
-    cells, _ = migrate_sources("import colabkit", "%%writefile /content/x.py\nprint(1)")
+    cells, _ = migrate_sources("import colabkit", "%%writefile /content/x.py\nprint(1)", ignore="install-cell")
     assert cells[1] == "%%writefile {colabkit.workdir('x.py', quoted=True)}\nprint(1)"
+    # the install cell migrate adds at the top imports colabkit before any other cell runs
+    cells, findings = migrate_sources("%%writefile /content/x.py\nprint(1)")
+    assert cells == ["%%writefile {colabkit.workdir('x.py', quoted=True)}\nprint(1)"]
+    assert all(f.applied for f in findings)
 
 
 def test_guard_uses_the_notebooks_indentation(migrate_sources):

@@ -296,7 +296,7 @@ def test_by_hand_steps_name_the_cells_and_lines(tmp_path, colab_notebook, capsys
     assert main(["migrate", str(source), "--check"]) == 0
     out = capsys.readouterr().out
     assert "    - install ffmpeg with your system package manager (cell 2 line 1, cell 3 line 1)" in out
-    assert "give this path a local equivalent (cell 2 line 2)" in out
+    assert "for files in My Drive use colabkit.drive('...') (cell 2 line 2)" in out
 
 
 def test_env_magic_with_a_colab_path_value(migrate_sources):

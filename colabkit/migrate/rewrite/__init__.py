@@ -7,8 +7,11 @@ import in cell 1 is dropped only if no later cell still needs the name it binds)
 
 One module per rule family, each a set of functions taking the shared state (``context``): ``colab`` (names bound
 to google.colab, guarded code), ``calls`` (drive.mount and the other Colab functions), ``paths`` (Colab paths in
-Python strings), ``escapes`` (shell escapes and paths in command lines), ``magics``, ``forms``, ``imports``;
-``edits`` applies what they decided.
+Python strings), ``mounted`` ("is Drive mounted?" tests), ``links`` (links to Drive at the filesystem root and the
+paths through them), ``config_text`` (Colab paths in text written to files), ``colab_runtime`` (condacolab,
+COLAB_* variables), ``escapes`` (shell escapes and paths in command lines), ``magics``, ``forms``, ``imports``
+(each cell imports what it uses); ``edits`` applies what they decided; ``install`` adds the cell that installs
+colabkit on a fresh runtime.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import re
 
 from .. import rules as R
 from ..cells import read_cell
-from . import calls, colab, escapes, forms, imports, magics, paths
+from . import calls, colab, colab_runtime, config_text, escapes, forms, imports, install, links, magics, paths
 from .context import CellWork, Context, indent_unit
 from .edits import CellResult, Finding, apply
 
@@ -31,9 +34,9 @@ class Rewriter:
         self.active = frozenset(R.BY_CODE) if active is None else frozenset(active)
         self.drive_root = drive_root
 
-    def run(self, sources: list) -> list:
-        """``sources``: per cell, its source text, or None for a cell that is not code. One CellResult per code
-        cell, in order."""
+    def run(self, sources: list) -> tuple:
+        """``sources``: per cell, its source text, or None for a cell that is not code. Returns (one CellResult per
+        code cell, in order; the cells to add, as install.NewCell: the install cell, or none)."""
         works = []
         for index, source in enumerate(sources):
             if source is None:
@@ -48,9 +51,12 @@ class Rewriter:
         for work in works:
             if work.code.tree is not None and work.code.problem is None and "colab" in work.source:
                 colab.collect_bindings(ctx, work)
+        links.collect(ctx, works)
+        colab_runtime.collect(ctx, works)
         # A cell that mentions none of these has nothing any rule matches (most cells of a notebook).
         names = "".join(f"|\\b{re.escape(name)}\\b" for name in sorted(ctx.bindings))
-        trigger = re.compile(r"colab|content|drive|@(?:title|param|markdown)" + names)
+        names += "".join(f"|{re.escape(link)}\\b" for link in sorted(ctx.links))
+        trigger = re.compile(r"colab|COLAB_|content|drive|@(?:title|param|markdown)" + names)
         for work in works:
             if work.code.problem is not None:
                 code, line, message = work.code.problem
@@ -66,9 +72,12 @@ class Rewriter:
             _python(ctx, work)
             _escapes(ctx, work)
             forms.forms(ctx, work)
+        installer, binds = install.existing(works)
         imports.replace_imports(ctx, works)
-        imports.ensure_import(works)
-        return [apply(work) for work in works]
+        # the install cell migrate adds imports colabkit before any other cell runs; so does one it added before
+        imports.ensure_import(works, bound=binds or (installer is None and ctx.on("CK003")))
+        results = [apply(work) for work in works]
+        return results, install.new_cells(ctx, works, results, installer)
 
 
 def _python(ctx, work):
@@ -77,7 +86,12 @@ def _python(ctx, work):
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             calls.call(ctx, work, node)
+            if ctx.link_sites:
+                links.symlink(ctx, work, node)
     colab.references(ctx, work, tree)
+    colab_runtime.condacolab(ctx, work, tree)
+    colab_runtime.colab_env(ctx, work, tree)
+    config_text.strings(ctx, work, tree)
     paths.strings(ctx, work, tree)
 
 

@@ -35,7 +35,7 @@ def call(ctx, work, node):
         stmt = work.parents.get(node)
         if isinstance(stmt, ast.Expr) and work.owns_lines(stmt):
             found = work.finding("CK308", stmt.lineno - 1, f"{qual}() runs only on Colab", True)
-            _guard_statement(ctx, work, stmt, found)
+            guard_statement(ctx, work, stmt, found)
         else:
             work.finding("CK308", node.lineno - 1, f"{qual}() runs only on Colab, but its value is used or it "
                          f"shares its line", False, "put it under 'if colabkit.on_colab():' by hand")
@@ -65,13 +65,16 @@ def _drop_mountpoint(work, call, found):
     found.message += " (the Colab mount point is colabkit's default)"
 
 
-def _guard_statement(ctx, work, stmt, found):
-    (l0, c0), (l1, _) = work.start(stmt), work.end(stmt)
+def guard_statement(ctx, work, stmt, found, statements=None):
+    """Put ``stmt`` (alone on its lines) under 'if colabkit.on_colab():'; ``statements``: consecutive statements of
+    one block, from ``stmt`` on, that go under the same 'if'."""
+    statements = statements or [stmt]
+    (l0, c0), (l1, _) = work.start(statements[0]), work.end(statements[-1])
     indent = work.lines[l0][:c0]
     work.edit((l0, 0), (l0, 0), f"{indent}if colabkit.on_colab():\n", found, order=6)
-    inside = _lines_inside_strings(stmt)
+    inside = set().union(*(_lines_inside_strings(s) for s in statements))
     for line in range(l0, l1 + 1):
-        if line not in inside:
+        if line not in inside and work.lines[line].strip():
             work.edit((line, 0), (line, 0), ctx.unit, found, order=7)
 
 

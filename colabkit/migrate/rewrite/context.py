@@ -6,6 +6,7 @@ import dataclasses
 from collections import Counter
 
 from .. import rules as R
+from . import links
 from .edits import Edit, Finding
 
 
@@ -18,9 +19,20 @@ class Context:
     bindings: dict = dataclasses.field(default_factory=dict)      # name -> the google.colab name it is bound to
     python_names: set = dataclasses.field(default_factory=set)    # names the notebook's Python binds at top
     #                                                                level: what IPython's $name expands
+    links: dict = dataclasses.field(default_factory=dict)         # root link -> the Colab path it points to
+    link_sites: dict = dataclasses.field(default_factory=dict)    # (cell, line) -> (link, target, handled)
+    condacolab: set = dataclasses.field(default_factory=set)      # names bound to the condacolab module
 
     def on(self, code) -> bool:
         return code in self.active
+
+    def classify(self, path):
+        """A Colab path (portable.ColabPath), a path through a root link to one (links.LinkedPath), or None."""
+        return links.classify(self, path)
+
+    def mentions_paths(self, text) -> bool:
+        """``text`` may hold a Colab path or a path through a root link (a cheap test before parsing it)."""
+        return "content" in text or "drive" in text or any(link in text for link in self.links)
 
 
 class CellWork:

@@ -18,6 +18,8 @@ class Finding:
     manual: str = ""          # what the user still has to do by hand
     before: list = dataclasses.field(default_factory=list)  # the original line(s)
     after: list = None        # the same place after migration (None: unchanged)
+    new_cell: bool = False    # about a cell migrate adds before cell ``cell`` (the install cell)
+    command: str = ""         # new_cell: the install command it runs
 
     @property
     def title(self) -> str:
@@ -32,9 +34,10 @@ class Edit:
     text: str
     finding: Finding = None
     order: int = 5             # tie-break for insertions at the same place
-    provides_import: bool = False
-    drop: tuple = None         # (start, end, text) that removes a nested "import colabkit" made redundant
+    provides_import: bool = False  # writes "import colabkit"
+    drop: tuple = None         # (start, end, text) to write instead when the cell imports colabkit elsewhere
     top_level: bool = False
+    needs_import: bool = False  # its text also uses colabkit (a kept google.colab import under on_colab())
     new_span: tuple = None     # (start, end) offsets in the new source, set when applied
 
 

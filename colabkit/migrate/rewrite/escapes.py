@@ -1,4 +1,5 @@
-"""Shell escapes (!cmd: !pip, apt, nvidia-smi, kaggle) and the Colab path words of any shell-like command line."""
+"""Shell escapes (!cmd: !pip, apt, nvidia-smi, kaggle, ln to Drive) and the Colab path words of any shell-like
+command line."""
 from __future__ import annotations
 
 import ast
@@ -7,6 +8,7 @@ import re
 from ...portable import classify_colab_path
 from .. import rules as R
 from ..shell import path_spans, split_words
+from . import links
 from .colab import binding
 from .paths import EMBEDDED_PATH, path_code, path_expr, path_manual
 
@@ -25,6 +27,18 @@ def shell(ctx, work, esc):
     credentials (CK206), then its Colab path words."""
     command = esc.arg
     line_text = work.content(esc.line)
+    link = links.site(ctx, work, esc.line)
+    if link is not None and ctx.on("CK109"):
+        path, target, handled = link
+        found = links.link_finding(ctx, work, esc.line, path, target, handled)
+        if handled and esc.kind == "system" and not line_text[:esc.col].strip() and esc.end_line == esc.line:
+            indent = line_text[:esc.col]
+            work.edit((esc.line, 0), (esc.line, 0), f"{indent}if colabkit.on_colab():\n", found, order=6)
+            work.edit((esc.line, 0), (esc.line, 0), ctx.unit, found, order=7)
+            return
+        if handled:
+            found.applied = False
+            found.manual = "put this line under 'if colabkit.on_colab():' by hand"
     head = _PIP_HEAD.match(line_text, esc.col)
     if head and esc.kind == "system" and not esc.assign and ctx.on("CK203"):
         if _unquoted_meta(command):
@@ -54,7 +68,7 @@ def shell(ctx, work, esc):
 def shell_paths(ctx, work, esc, what):
     """Colab paths among the words of a shell escape or word magic -> {colabkit.drive(..., quoted=True)}."""
     command = esc.arg
-    if not any(p in command for p in ("content", "drive")):
+    if not ctx.mentions_paths(command):
         return
     if esc.end_line != esc.line:
         _continued_paths(ctx, work, esc, what)
@@ -106,7 +120,7 @@ def _continued_paths(ctx, work, esc, what):
     # A quote opened on one line and closed on another: each line read alone would be misread.
     spanning = split_words(joined) is None or any(split_words(text) is None for _, _, text in pieces)
     for number, start, text in pieces:
-        if not any(p in text for p in ("content", "drive")):
+        if not ctx.mentions_paths(text):
             continue
         if spanning:
             report_paths(ctx, work, number, text, what, "a quoted string spans its lines", code="CK209")
@@ -122,7 +136,7 @@ def _continued_paths(ctx, work, esc, what):
 def _rewrite_words(ctx, work, line, col, command, what, continued=False):
     """Rewrite the Colab path words of ``command``, which starts at column ``col`` of ``line``; report any
     Colab path that is not a word of its own."""
-    spans = path_spans(command, lambda p: classify_colab_path(p) is not None)
+    spans = path_spans(command, lambda p: ctx.classify(p) is not None)
     if spans is None:
         report_paths(ctx, work, line, command, what, "its quoting is unbalanced",
                      code="CK209" if continued else None)
@@ -132,7 +146,7 @@ def _rewrite_words(ctx, work, line, col, command, what, continued=False):
         if EMBEDDED_PATH.search(span.path[1:]):
             continue  # "/content/a.npz,/content/b.npz": a list of paths in one word (reported below)
         covered.append((word.start, word.end))
-        found = classify_colab_path(span.path)
+        found = ctx.classify(span.path)
         if found.kind == "mountpoint":
             if ctx.on("CK104"):
                 work.finding("CK104", line, f"{span.path} is a Drive path outside My Drive", False)
@@ -171,7 +185,7 @@ def report_paths(ctx, work, line, text, what, why="colabkit cannot rewrite paths
     tokens = [piece for w in words for piece in re.split(r"[=,]", w.value)] if words is not None else \
         re.split(r"[\s\"'=,]+", text)
     for token in tokens:
-        found = classify_colab_path(token.rstrip(";,)"))
+        found = ctx.classify(token.rstrip(";,)"))
         if found is None:
             continue
         code = override or ("CK104" if found.kind == "mountpoint" else path_code(found))

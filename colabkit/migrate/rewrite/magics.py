@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 
-from ...portable import classify_colab_path
 from .. import rules as R
 from ..cells import Escape
+from . import config_text
 from .escapes import report_paths, shell_paths
 from .paths import EMBEDDED_PATH, path_code, path_expr, path_manual
 
@@ -64,7 +64,7 @@ def _cd(ctx, work, esc):
     path = stripped[offset:]
     quoted = len(path) >= 2 and path[0] == path[-1] and path[0] in "'\""
     value = path[1:-1] if quoted else path
-    found = classify_colab_path(value)
+    found = ctx.classify(value)
     if found is None:
         return
     if "{" in value or "$" in value:
@@ -98,7 +98,7 @@ def _env(ctx, work, esc):
     if not match:
         return
     value = match.group(3)
-    found = classify_colab_path(value)
+    found = ctx.classify(value)
     if found is None:
         report_paths(ctx, work, esc.line, value.replace(":", " "), "%env", "colabkit cannot rewrite paths there",
                      code="CK108")
@@ -121,25 +121,65 @@ def _env(ctx, work, esc):
 
 
 def cell_magic(ctx, work):
-    """The cell magic of the cell, if any: %%shell -> %%bash (CK207), Colab paths in a shell body (CK208), in
-    %%writefile's file name."""
-    magic = work.code.magic
-    if magic is None:
+    """The cell magics of the cell, if any: %%shell -> %%bash (CK207), Colab paths in a shell body (CK208), in
+    %%writefile's file name; comment lines above the magic (CK210)."""
+    code = work.code
+    if not code.magics:
         return
-    name, args = magic
-    first = work.content(0)
-    if name == "shell" and ctx.on("CK207"):
-        found = work.finding("CK207", 0, "%%shell -> %%bash", True)
-        work.edit((0, 2), (0, 2 + len("shell")), "bash", found)
+    for name, _, line in code.magics:
+        if name == "shell" and ctx.on("CK207"):
+            found = work.finding("CK207", line, "%%shell -> %%bash", True)
+            work.edit((line, 2), (line, 2 + len("shell")), "bash", found)
+    name, args = code.magic
+    magic_line = code.magics[-1][2]
+    first = work.content(magic_line)
     shell_body = name in ("bash", "sh", "shell") or (name == "script" and args.split()[:1] in (["bash"], ["sh"]))
     if shell_body and ctx.on("CK208"):
-        for number in range(1, len(work.lines)):
+        for number in range(magic_line + 1, len(work.lines)):
             for token in re.split(r"[\s\"'=]+", work.content(number)):
-                if classify_colab_path(token) is not None:
+                if ctx.classify(token) is not None:
                     work.finding("CK208", number, f"Colab path {token} in a %%{name} cell", False)
                     break
-    if name == "writefile" and args:
+    if name == "writefile" and args and not config_text.writefile(ctx, work):
         offset = first.index(args, 2 + len(name))
-        pseudo = Escape(kind="magic", line=0, col=0, end_line=0, name=name, arg=args, assign=False,
-                        content_col=offset, masked="")
+        pseudo = Escape(kind="magic", line=magic_line, col=0, end_line=magic_line, name=name, arg=args,
+                        assign=False, content_col=offset, masked="")
         shell_paths(ctx, work, pseudo, "%%writefile")
+    if code.comments_above:
+        _comments_above(ctx, work)
+
+
+# Cell magics whose body reads a line starting with '#' as a comment (besides those whose body is Python).
+_HASH_COMMENT_BODIES = frozenset({"bash", "sh", "shell", "python", "python2", "python3", "pypy", "perl", "ruby"})
+
+
+def _comments_above(ctx, work):
+    """Comment lines above a cell magic (CK210). Colab runs such a cell as the magic; IPython runs a cell magic only
+    on the first line (else the cell is a SyntaxError). Where the body reads '#' lines as comments (shell, Python)
+    the magic line(s) move to the top and the comments right below them; otherwise (the comments would become part
+    of a file, HTML, ...) it is reported."""
+    if not ctx.on("CK210"):
+        return
+    code = work.code
+    first_magic, last_magic = code.magics[0][2], code.magics[-1][2]
+    top = next(n for n in range(first_magic) if work.lines[n].strip())  # blank lines above: IPython drops them
+    name, args = code.magic
+    script = args.split()[:1] if name == "script" else []
+    shown = ", ".join(f"%%{n}" for n, _, _ in code.magics)
+    if not (code.python or name in _HASH_COMMENT_BODIES or (script and script[0] in _HASH_COMMENT_BODIES)):
+        first = work.content(first_magic)
+        work.finding("CK210", first_magic, f"{shown} below comment lines: Colab runs it, IPython does not (a cell "
+                     f"magic must be the first line); left as it is", False,
+                     f"make '{first}' the first line of this cell and move the comment line(s) above it to a "
+                     f"markdown cell (below it they would become part of the %%{name} text)")
+        return
+    comments = "".join(work.lines[top:first_magic])
+    found = work.finding("CK210", top, f"{shown} below comment lines -> the magic first, the comments right after "
+                         f"it (IPython runs a cell magic only on the first line; Colab also below comments)", True, "")
+    work.edit((top, 0), (first_magic, 0), "", found)
+    end = last_magic + 1
+    if end >= len(work.lines) and not work.lines[last_magic].endswith("\n"):
+        work.edit((last_magic, len(work.lines[last_magic])), (last_magic, len(work.lines[last_magic])),
+                  "\n" + comments.rstrip("\n"), found, order=-1)
+    else:
+        work.edit((end, 0), (end, 0), comments, found, order=-1)

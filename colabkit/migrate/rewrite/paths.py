@@ -1,4 +1,4 @@
-"""Colab paths in Python strings (/content, /content/drive, Drive-mounted checks) -> colabkit.drive()/workdir()."""
+"""Colab paths in Python strings (/content, /content/drive) -> colabkit.drive()/workdir(); mount checks: mounted."""
 from __future__ import annotations
 
 import ast
@@ -9,11 +9,10 @@ from pathlib import Path
 
 from ...portable import classify_colab_path
 from .. import rules as R
+from . import mounted
+from .links import LinkedPath, literal_rest
 from .forms import FORM, form_path
 
-# Calls whose first argument is tested for existence: '/content/drive' there asks "is Drive mounted?" (CK107).
-_EXISTS_CALLS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists", "os.path.ismount", "path.exists",
-                           "path.isdir", "path.lexists", "path.ismount", "exists", "isdir", "lexists", "ismount"})
 # String methods whose argument is text to match, not a place to open: '/content/...' there is text (CK108).
 _TEXT_METHODS = frozenset({"replace", "startswith", "endswith", "removeprefix", "removesuffix", "split", "rsplit",
                            "partition", "rpartition", "find", "rfind", "index", "rindex", "count", "strip", "lstrip",
@@ -32,6 +31,8 @@ def path_code(found, chdir=False) -> str:
     """The rule of a Colab path (kind "drive" or "content")."""
     if chdir:
         return "CK202"
+    if found.spelling == "link":
+        return "CK109"
     if found.kind == "content":
         return "CK201"
     return {"current": "CK102", "escaped": "CK106"}.get(found.spelling, "CK103")
@@ -84,9 +85,15 @@ def strings(ctx, work, tree):
 def _literal(ctx, work, node, value, parent):
     if work.is_guarded(work.start(node)):
         return
-    found = classify_colab_path(value)
+    found = ctx.classify(value)
     line = node.lineno - 1
     if found is None:
+        quoted = len(value) > 2 and value[0] == value[-1] and value[0] in "'\"" and ctx.classify(value[1:-1])
+        last = work.content(node.end_lineno - 1)
+        if quoted and FORM.search(last) and "@param" in last:  # "\"/content/drive/MyDrive/x\"": for a shell line
+            if ctx.on(path_code(quoted)):
+                form_path(ctx, work, node, value)
+            return
         _embedded(ctx, work, node, parent)
         return
     if _as_text(ctx, work, node, parent, value, found):
@@ -104,7 +111,10 @@ def _literal(ctx, work, node, value, parent):
         return
     chdir = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and \
         _dotted(parent.func) in ("os.chdir", "chdir")
-    if _mount_check(ctx, work, node, parent, found):
+    if mounted.check(ctx, work, node, parent, found):
+        return
+    if mounted.is_mount_point(found):
+        mounted.report_mount_point(ctx, work, node, value)
         return
     if found.kind == "mountpoint":
         if ctx.on("CK104"):
@@ -156,24 +166,6 @@ def _fstring_prefix(ctx, work, node, value, found) -> bool:
     found_ = work.finding(code, l0, f"{segment} -> {letters}{quote}{text}{segment[body_start + len(value):]}",
                           True, path_manual(ctx, found))
     work.edit(start, end, text, found_)
-    return True
-
-
-def _mount_check(ctx, work, node, parent, found) -> bool:
-    """os.path.exists('/content/drive') and kin -> colabkit.drive_mounted() (CK107)."""
-    if not (isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and not parent.keywords
-            and len(parent.args) == 1 and _dotted(parent.func) in _EXISTS_CALLS):
-        return False
-    if found.rest or found.kind not in ("mountpoint", "drive"):
-        return False
-    if not ctx.on("CK107"):
-        return found.kind == "mountpoint"
-    call = work.text(work.start(parent), work.end(parent))
-    found_ = work.finding("CK107", node.lineno - 1, f"{call} -> colabkit.drive_mounted(): whether My Drive is "
-                          f"there, without mounting it (off Colab: the drive_root folder)", True)
-    work.handled.add(node)
-    work.handled.add(parent.func)
-    work.edit(work.start(parent), work.end(parent), "colabkit.drive_mounted()", found_)
     return True
 
 
@@ -244,7 +236,8 @@ def _embedded(ctx, work, node, parent):
 
 def _literal_replacement(work, node, value, found, func, parent):
     segment = work.text(work.start(node), work.end(node))
-    head_len = len(value) - len(found.rest) if found.rest else len(value)
+    linked = isinstance(found, LinkedPath)
+    head_len = len(found.prefix) if linked else len(value) - len(found.rest) if found.rest else len(value)
     head = value[:head_len]
     rest_expr = None
     if _single_literal(segment):
@@ -254,6 +247,10 @@ def _literal_replacement(work, node, value, found, func, parent):
             body = segment[match.end():len(segment) - len(quote)]
             if body.startswith(head):
                 raw_rest = body[len(head):]
+                if linked:  # '/proj/x' through a link to My Drive/proj: 'proj' + '/x'
+                    raw_rest = literal_rest(found, raw_rest, quote, "f" in letters.lower())
+                    if raw_rest is None:
+                        return None
                 rest_expr = f"{letters}{quote}{raw_rest}{quote}" if raw_rest else ""
     elif isinstance(node, ast.Constant):
         rest_expr = repr(found.rest) if found.rest else ""
