@@ -18,7 +18,7 @@ class MigrateError(ValueError):
     """A notebook could not be migrated; the message names the file and what to do."""
 
 
-def migrate_text(text: str, *, rules=None, ignore=None, drive_root=None):
+def migrate_text(text: str, *, rules=None, ignore=None, drive_root=None, install_from=None):
     """Migrate a notebook given as JSON text. Returns (new_text, findings, changes); ``new_text`` is ``text``
     itself when nothing changes. Changed cells keep their place; a cell migrate adds (the install cell, CK003)
     is a change with ``new=True`` and a finding with ``new_cell=True``, both numbered by the cell it goes before.
@@ -27,7 +27,7 @@ def migrate_text(text: str, *, rules=None, ignore=None, drive_root=None):
     if not _is_python(notebook):
         return text, [], []
     sources = [nbjson.source_text(cell) if cell.get("cell_type") == "code" else None for cell in notebook["cells"]]
-    results, new_cells = Rewriter(select(rules, ignore), drive_root=drive_root).run(sources)
+    results, new_cells = Rewriter(select(rules, ignore), drive_root=drive_root, install_from=install_from).run(sources)
     findings = [cell.finding for cell in new_cells]
     changes = [CellChange(cell.index, "", cell.source, new=True) for cell in new_cells]
     new_sources = {}
@@ -101,7 +101,7 @@ def _backup_path(path: Path) -> Path:
 
 
 def migrate_notebook(path, output=None, *, in_place: bool = False, check: bool = False, rules=None, ignore=None,
-                     drive_root=None, force: bool = False) -> NotebookReport:
+                     drive_root=None, force: bool = False, install_from=None) -> NotebookReport:
     """Migrate one notebook file and return its report; errors are reported, not raised.
 
     output: the file to write (default ``name.local.ipynb`` beside the original). in_place: overwrite the
@@ -118,7 +118,8 @@ def migrate_notebook(path, output=None, *, in_place: bool = False, check: bool =
     try:
         text = _read(path)
         try:
-            new_text, findings, changes = migrate_text(text, rules=rules, ignore=ignore, drive_root=drive_root)
+            new_text, findings, changes = migrate_text(text, rules=rules, ignore=ignore, drive_root=drive_root,
+                                                           install_from=install_from)
         except nbjson.NotebookFormatError as exc:
             raise MigrateError(str(exc)) from None
         report = NotebookReport(path=shown, status=STATUS_UNCHANGED, output=str(target), findings=findings,
@@ -171,7 +172,7 @@ def migrate_notebook(path, output=None, *, in_place: bool = False, check: bool =
 
 
 def migrate_paths(paths, output=None, *, in_place: bool = False, check: bool = False, rules=None, ignore=None,
-                  drive_root=None, force: bool = False) -> list:
+                  drive_root=None, force: bool = False, install_from=None) -> list:
     """Migrate several notebooks; one report each, in order. A failing file does not stop the others.
 
     With more than one notebook, ``output`` is a folder (created if missing) that receives each migrated
@@ -200,5 +201,6 @@ def migrate_paths(paths, output=None, *, in_place: bool = False, check: bool = F
                 continue
             seen[key] = path
         reports.append(migrate_notebook(path, target, in_place=in_place, check=check, rules=rules, ignore=ignore,
-                                        drive_root=drive_root, force=force))
+                                        drive_root=drive_root, force=force,
+                                        install_from=install_from))
     return reports

@@ -38,6 +38,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--drive-root", metavar="PATH",
                    help="the folder that holds your Drive files on this machine: Drive files the notebook names "
                         "but PATH lacks are reported")
+    p.add_argument("--install-from", metavar="URL",
+                   help="where the added install cell gets colabkit, as pip takes it after 'colabkit @' "
+                        "(e.g. git+https://github.com/ORG/colabkit@v0.1); default: where this colabkit was "
+                        "installed from (a git URL and commit), else colabkit>=THIS_VERSION from PyPI")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--list-rules", action="store_true", help="print the rules and exit")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
@@ -59,7 +63,8 @@ def run(args) -> int:
     dry = args.check or args.diff
     try:
         reports = migrate_paths(args.notebooks, args.output, in_place=args.in_place, check=dry, rules=args.rules,
-                                ignore=args.ignore, drive_root=args.drive_root, force=args.force)
+                                ignore=args.ignore, drive_root=args.drive_root, force=args.force,
+                                install_from=args.install_from)
     except ValueError as exc:
         print(f"colabkit migrate: error: {exc}", file=sys.stderr)
         return 2

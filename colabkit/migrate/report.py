@@ -5,6 +5,7 @@ import dataclasses
 import difflib
 
 from . import rules as R
+from .rewrite.install import requirement as install_requirement
 
 STATUS_MIGRATED = "migrated"          # written to ``output``
 STATUS_WOULD = "would migrate"        # --check / --diff: changes needed, nothing written
@@ -52,9 +53,12 @@ class NotebookReport:
 
     @property
     def install(self) -> str:
-        """The pip command the migrated notebook needs."""
+        """The pip command the migrated notebook needs (the install cell's requirement, where one was added)."""
+        cell = self.install_cell
+        if cell is not None and cell.command:
+            return cell.command.lstrip("%").replace(" -q ", " ", 1)
         extras = {extra for found in self.findings if found.applied for extra in R.BY_CODE[found.code].extras}
-        return f'pip install "{R.requirement(extras)}"' if extras else "pip install colabkit"
+        return f'pip install "{install_requirement(extras)}"'
 
     @property
     def install_cell(self):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from colabkit._version import __version__
 from colabkit.cli import main
 from colabkit.migrate import default_output, migrate_notebook, migrate_paths
 
@@ -43,7 +44,7 @@ def test_default_output_is_a_new_file_and_the_original_is_untouched(nbs, capsys)
     assert f"-> {nbs / 'colab_drive_training.local.ipynb'}: 20 changes, 1 to do by hand" in out
     assert "cell 2 line 3  CK101 drive.mount(...) -> colabkit.mount_drive(...)" in out
     assert "      - drive.mount('/content/drive')\n      + colabkit.mount_drive()" in out
-    assert "by hand:" in out and "to run it: pip install colabkit" in out
+    assert "by hand:" in out and f'to run it: pip install "colabkit>={__version__}"' in out
 
 
 def test_default_output_name():
@@ -264,7 +265,7 @@ def test_python_api_report(nbs):
     assert [(c.cell, c.new) for c in report.changes] == [(1, True), (1, False), (2, False), (4, False), (5, False),
                                                          (6, False)]
     assert "set the environment variable HF_TOKEN on this machine" in report.manual_steps
-    assert report.install == 'pip install "colabkit[notebook]"'  # cv2_imshow shows images with IPython.display
+    assert report.install == f'pip install "colabkit[notebook]>={__version__}"'  # cv2_imshow shows images with IPython.display
 
 
 def test_console_script_end_to_end(nbs):

@@ -15,15 +15,19 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from colabkit._version import __version__
 from colabkit.cli import main
 from colabkit.migrate import migrate_notebook, migrate_text
 
+# this colabkit is installed from a folder (editable), so the cell asks the index for this version or newer
+PIP = f'%pip install -q "colabkit>={__version__}"'
 INSTALL = ("# colabkit makes this notebook run on Colab and elsewhere; this cell installs it where it is missing\n"
-           "# (a fresh Colab runtime). To pin a version: %pip install -q \"colabkit==X.Y\"\n"
+           "# (a fresh Colab runtime). It installs the colabkit the notebook was migrated with; edit the line to "
+           "change it\n"
            "try:\n"
            "    import colabkit\n"
            "except ImportError:\n"
-           "    %pip install -q colabkit\n"
+           f"    {PIP}\n"
            "    import importlib\n"
            "    importlib.invalidate_caches()\n"
            "    import colabkit")
@@ -62,7 +66,7 @@ def test_the_install_cell_follows_the_notebooks_indentation_and_extras(colab_not
     original = _notebook(colab_notebook, "from google.colab.patches import cv2_imshow\ncv2_imshow(img)",
                          "for i in range(2):\n  print(i)")
     source = _sources(migrate_text(original)[0])[1]
-    assert '\n  %pip install -q "colabkit[notebook]"\n' in source  # cv2_imshow needs the notebook extra
+    assert f'\n  %pip install -q "colabkit[notebook]>={__version__}"\n' in source  # cv2_imshow needs the notebook extra
     assert "try:\n  import colabkit\n" in source                  # two spaces, as this notebook (and Colab) indents
 
 
@@ -75,7 +79,7 @@ def test_migrating_a_migrated_notebook_adds_no_second_install_cell(colab_noteboo
 
 def test_a_pinned_install_cell_is_kept_as_the_user_edited_it(colab_notebook):
     once, _, _ = migrate_text(_notebook(colab_notebook, "p = '/content/drive/MyDrive/a.csv'"))
-    pinned = once.replace("%pip install -q colabkit", '%pip install -q \\"colabkit==0.1.0\\"')
+    pinned = once.replace(PIP.replace('"', '\\"'), '%pip install -q \\"colabkit==0.1.0\\"')
     assert pinned != once
     data = json.loads(pinned)
     data["cells"].append({"cell_type": "code", "source": ["q = '/content/drive/MyDrive/b.csv'"], "metadata": {},
@@ -128,14 +132,14 @@ def test_the_report_gives_the_install_command(tmp_path, colab_notebook, capsys):
     out = capsys.readouterr().out
     assert "new cell before cell 2  CK003 installs colabkit where it is missing" in out
     assert f"(cell numbers are those of {path}; the migrated notebook has a new cell before cell 2" in out
-    assert "      + except ImportError:\n      +     %pip install -q colabkit\n" in out
-    assert "to run it: pip install colabkit (a fresh Colab runtime: the new first code cell runs " \
-           "%pip install -q colabkit)" in out
+    assert f"      + except ImportError:\n      +     {PIP}\n" in out
+    assert f'to run it: pip install "colabkit>={__version__}" (a fresh Colab runtime: the new first code cell runs ' \
+           f"{PIP})" in out
     report = migrate_notebook(path, tmp_path / "again.ipynb")
     data = report.as_dict()
-    assert data["install"] == "pip install colabkit"
+    assert data["install"] == f'pip install "colabkit>={__version__}"'
     assert {"code": "CK003", "cell": 2, "new_cell": True}.items() <= data["findings"][0].items()
-    assert "(new cell before cell 2)" in report.diff() and "+    %pip install -q colabkit" in report.diff()
+    assert "(new cell before cell 2)" in report.diff() and f"+    {PIP}" in report.diff()
 
 
 # --- the cell in real kernels ----------------------------------------------------------------------------------
@@ -216,3 +220,59 @@ def test_on_a_fresh_runtime_the_cell_installs_colabkit_and_imports_it(where, ker
     assert "missing" in out and "already there" not in out
     assert "installed: True" in out, out
     assert (site / "colabkit" / "__init__.py").is_file()
+
+
+def _migrate_in_a_process(tmp_path, notebook_text, *args, direct_url=None):
+    """`colabkit migrate` in a fresh process whose colabkit distribution record says where it was installed from
+    (PEP 610's direct_url.json, as pip writes it); the package code is this checkout's."""
+    import subprocess
+    import sys
+    site = tmp_path / "record"
+    info = site / f"colabkit-{__version__}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: colabkit\nVersion: {__version__}\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct_url))
+    path = tmp_path / "train.ipynb"
+    path.write_text(notebook_text, encoding="utf-8")
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; from colabkit.cli import main; "
+            "sys.exit(main(['migrate', *sys.argv[3:]]))")
+    done = subprocess.run([sys.executable, "-c", code, str(site), str(root), str(path), "-o",
+                           str(tmp_path / "out.ipynb"), *args], capture_output=True, text=True, timeout=120)
+    out = tmp_path / "out.ipynb"
+    return done, (_sources(out.read_text()) if out.exists() else None)
+
+
+def test_a_git_install_gives_the_cell_its_url_and_commit(tmp_path, colab_notebook):
+    """The index has an unrelated package named colabkit: the cell names where this one came from."""
+    record = {"url": "https://github.com/example/colabkit.git",
+              "vcs_info": {"vcs": "git", "commit_id": "0123456789abcdef0123456789abcdef01234567"}}
+    done, sources = _migrate_in_a_process(tmp_path, _notebook(colab_notebook, "p = '/content/drive/MyDrive/a'"),
+                                          direct_url=record)
+    assert done.returncode == 0, done.stderr
+    assert ('%pip install -q "colabkit @ git+https://github.com/example/colabkit.git'
+            '@0123456789abcdef0123456789abcdef01234567"') in sources[1]
+    assert 'to run it: pip install "colabkit @ git+https://github.com/example/colabkit.git@0123' in done.stdout
+
+
+def test_a_folder_install_says_what_a_fresh_runtime_gets_and_install_from_overrides_it(tmp_path, colab_notebook):
+    notebook = _notebook(colab_notebook, "p = '/content/drive/MyDrive/a'")
+    done, sources = _migrate_in_a_process(tmp_path, notebook, direct_url={"url": "file:///home/me/colabkit",
+                                                                          "dir_info": {"editable": True}})
+    assert done.returncode == 0, done.stderr
+    assert PIP in sources[1] and "pip install -q colabkit\n" not in sources[1]
+    assert "installed from file:///home/me/colabkit, which a fresh Colab runtime cannot reach" in done.stdout
+    assert "--install-from" in done.stdout
+    done, sources = _migrate_in_a_process(tmp_path / "2", notebook, "--install-from",
+                                          "git+https://github.com/example/colabkit@v0.1")
+    assert done.returncode == 0, done.stderr
+    assert '%pip install -q "colabkit @ git+https://github.com/example/colabkit@v0.1"' in sources[1]
+
+
+def test_an_install_from_that_pip_cannot_take_is_refused_naming_it(tmp_path, colab_notebook):
+    done, sources = _migrate_in_a_process(tmp_path, _notebook(colab_notebook, "p = '/content/drive/MyDrive/a'"),
+                                          "--install-from", 'colabkit" ; rm -rf ~')
+    assert done.returncode != 0 and sources is None
+    assert "install_from='colabkit\" ; rm -rf ~': expected a URL pip takes" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr

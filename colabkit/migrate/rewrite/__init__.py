@@ -30,9 +30,10 @@ __all__ = ["CellResult", "Finding", "Rewriter"]
 class Rewriter:
     """Compute the migration of one notebook's code cells."""
 
-    def __init__(self, active=None, drive_root=None):
+    def __init__(self, active=None, drive_root=None, install_from=None):
         self.active = frozenset(R.BY_CODE) if active is None else frozenset(active)
         self.drive_root = drive_root
+        self.install_from = install_from
 
     def run(self, sources: list) -> tuple:
         """``sources``: per cell, its source text, or None for a cell that is not code. Returns (one CellResult per
@@ -43,7 +44,7 @@ class Rewriter:
                 continue
             code = read_cell(source, R.PYTHON_CELL_MAGICS)
             works.append(CellWork(index, source, code))
-        ctx = Context(self.active, self.drive_root, indent_unit(works))
+        ctx = Context(self.active, self.drive_root, indent_unit(works), install_from=self.install_from)
         if any("$" in e.arg for w in works for e in w.code.escapes):
             for work in works:
                 if work.code.tree is not None and work.code.problem is None:

@@ -16,6 +16,7 @@ class Context:
     active: frozenset
     drive_root: object = None
     unit: str = "    "                      # the notebook's indentation step
+    install_from: str | None = None         # where the install cell gets colabkit (a pip URL), else detected
     bindings: dict = dataclasses.field(default_factory=dict)      # name -> the google.colab name it is bound to
     python_names: set = dataclasses.field(default_factory=set)    # names the notebook's Python binds at top
     #                                                                level: what IPython's $name expands

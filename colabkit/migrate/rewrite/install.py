@@ -3,11 +3,11 @@
 The cell migrate adds before the notebook's first code cell::
 
     # colabkit makes this notebook run on Colab and elsewhere; this cell installs it where it is missing
-    # (a fresh Colab runtime). To pin a version: %pip install -q "colabkit==X.Y"
+    # (a fresh Colab runtime). It installs the colabkit the notebook was migrated with; edit the line to change it
     try:
       import colabkit
     except ImportError:
-      %pip install -q colabkit
+      %pip install -q "colabkit @ git+https://github.com/ORG/colabkit@COMMIT"
       import importlib
       importlib.invalidate_caches()
       import colabkit
@@ -28,9 +28,12 @@ Why this form:
 - A cell of its own, before the first code cell (a markdown title stays on top): visible, editable (the comment
   says how to pin a version; the README too), and run first by "Run all". Every later cell still imports
   colabkit itself (imports.py): a cell run alone after the install cell works.
-- The requirement carries the extras the migrated code needs (``"colabkit[notebook]"`` for cv2_imshow), the
-  same as the report's install command. It is not pinned: the notebook should get fixes; pinning is the user's
-  call, one edit.
+- The requirement names where colabkit comes from, never a bare ``colabkit``: the index holds an unrelated
+  package of that name. It is the git URL and commit the migrating colabkit was installed from (PEP 610's
+  direct_url.json), or ``install_from`` (``--install-from``), else ``colabkit>=VERSION`` (the calls migrate
+  wrote exist from this version on; the report says when this colabkit came from a folder a Colab runtime cannot
+  reach). It carries the extras the migrated code needs (``"colabkit[notebook]"`` for cv2_imshow), the same as
+  the report's install command.
 
 It is added only where the migrated notebook uses colabkit and migration changed something (a notebook already
 written for colabkit is left alone), and not where a code cell up to the first one using colabkit already
@@ -40,8 +43,11 @@ installs colabkit with pip: this cell from an earlier migration (pinned or not) 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import json
 import re
 
+from ..._version import __version__
 from .. import rules as R
 from ..shell import split_words
 from .edits import Finding
@@ -59,20 +65,63 @@ class NewCell:
     finding: Finding
 
 
-def command(extras) -> str:
-    """The line the install cell runs: ``%pip install -q colabkit`` (the requirement quoted when it has extras)."""
-    requirement = R.requirement(extras)
-    return "%pip install -q " + (requirement if requirement == "colabkit" else f'"{requirement}"')
+# what pip may be given after "colabkit @" without quoting trouble in the cell (a URL, no spaces or quotes)
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"\\]+$")
 
 
-def cell_source(unit: str, extras) -> str:
+def installed_from() -> tuple[str | None, str | None]:
+    """(the pip URL of the colabkit running migrate, or None; a note on what a fresh runtime gets instead).
+
+    From the installation's PEP 610 record: a git install gives its URL and commit, so a fresh Colab runtime gets
+    the same colabkit the notebook was migrated with. An index install has no record (None: the version bound
+    is enough). A local folder or archive is nothing a Colab runtime can reach: the note says so.
+    """
+    try:
+        dist = importlib.metadata.distribution("colabkit")
+        record = dist.read_text("direct_url.json")
+        info = json.loads(record) if record else None
+    except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
+        return None, None
+    if not isinstance(info, dict):
+        return None, None
+    url, vcs = info.get("url"), info.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(url, str) and isinstance(vcs.get("commit_id"), str):
+        pinned = f"{vcs.get('vcs', 'git')}+{url}@{vcs['commit_id']}"
+        if _URL.match(pinned):
+            return pinned, None
+    return None, (f"this colabkit was installed from {url}, which a fresh Colab runtime cannot reach: it gets "
+                  f"colabkit from PyPI; pass --install-from git+https://.../colabkit@TAG to name where yours comes "
+                  f"from")
+
+
+def requirement(extras, install_from=None) -> str:
+    """The requirement the install cell gives pip: ``colabkit[extras] @ URL`` where colabkit comes from a URL
+    (``install_from``, else the git URL and commit it was installed from), else ``colabkit[extras]>=VERSION``:
+    never a bare name, which could install an older or unrelated package of that name from the index."""
+    name = R.requirement(extras)
+    url = install_from if install_from is not None else installed_from()[0]
+    if url is not None:
+        if not _URL.match(url):
+            raise ValueError(f"install_from={url!r}: expected a URL pip takes after 'colabkit @', for example "
+                             f"git+https://github.com/ORG/colabkit@v0.1 (no spaces or quotes)")
+        return f"{name} @ {url}"
+    return f"{name}>={__version__}"
+
+
+def command(extras, install_from=None) -> str:
+    """The line the install cell runs: ``%pip install -q "colabkit>=X.Y"`` (see requirement())."""
+    return f'%pip install -q "{requirement(extras, install_from)}"'
+
+
+def cell_source(unit: str, extras, install_from=None) -> str:
     """The install cell, indented with the notebook's indentation step ``unit``."""
     return ("# colabkit makes this notebook run on Colab and elsewhere; this cell installs it where it is missing\n"
-            "# (a fresh Colab runtime). To pin a version: %pip install -q \"colabkit==X.Y\"\n"
+            "# (a fresh Colab runtime). It installs the colabkit the notebook was migrated with; edit the line to "
+            "change it\n"
             "try:\n"
             f"{unit}import colabkit\n"
             "except ImportError:\n"
-            f"{unit}{command(extras)}\n"
+            f"{unit}{command(extras, install_from)}\n"
             f"{unit}import importlib\n"
             f"{unit}importlib.invalidate_caches()\n"
             f"{unit}import colabkit")
@@ -113,9 +162,11 @@ def new_cells(ctx, works, results, installer) -> list:
     if installer is not None and installer.index <= min(users):
         return []
     extras = {extra for r in results for f in r.findings if f.applied for extra in R.BY_CODE[f.code].extras}
-    source = cell_source(ctx.unit, extras)
-    line = command(extras)
+    source = cell_source(ctx.unit, extras, ctx.install_from)
+    line = command(extras, ctx.install_from)
+    note = None if ctx.install_from is not None else installed_from()[1]
     found = Finding(code="CK003", cell=works[0].index, line=1, applied=True, new_cell=True, command=line,
-                    message=f"installs colabkit where it is missing (a fresh Colab runtime), then imports it: {line}",
+                    message=f"installs colabkit where it is missing (a fresh Colab runtime), then imports it: {line}"
+                    + (f" ({note})" if note else ""),
                     before=[], after=source.split("\n"))
     return [NewCell(index=works[0].index, source=source, finding=found)]
