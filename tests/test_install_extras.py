@@ -50,7 +50,7 @@ def colab_like_env(tmp_path_factory):
         (info / "RECORD").write_text("")
     # colabkit itself as a wheel, so pip reads the extras from the package's real metadata
     wheels = root / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
                     str(wheels), str(ROOT)], check=True, capture_output=True)
     (wheel,) = wheels.glob("colabkit-*.whl")
     return python, wheel, root

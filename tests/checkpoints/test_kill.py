@@ -61,6 +61,7 @@ def test_numpy_state_survives_20_random_kills(tmp_path, ck_env):
 def test_keras_training_survives_random_kills_and_matches_uninterrupted_run(tmp_path, ck_env):
     """Kill a Keras run 4 times at random moments; the final weights and the per-batch counter equal an
     uninterrupted run's."""
+    pytest.importorskip("keras")
     rng = random.Random(int(os.environ.get("COLABKIT_TEST_SEED", "99")))
     reference = tmp_path / "reference.npz"
     ref_args = ["keras", tmp_path / "ref", 6, 2, reference, "--sleep", "0.05"]

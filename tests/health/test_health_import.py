@@ -29,6 +29,11 @@ def test_public_names():
     assert callable(colabkit.monitor) and colabkit.monitor is colabkit.health.monitor
     # one class per name: the framework-free monitor, and the Keras callback that feeds one
     assert colabkit.health.HealthMonitor is colabkit.health.health_monitor.HealthMonitor
+
+
+def test_the_keras_callback_feeds_the_framework_free_monitor():
+    import pytest
+    pytest.importorskip("keras")
     assert isinstance(colabkit.keras.Monitor(gpus=False, verbose=0).health, colabkit.health.HealthMonitor)
     assert colabkit.keras.Monitor.__module__ == "colabkit.health.keras_monitor"
 
@@ -41,6 +46,11 @@ def test_bad_options_name_the_value(tmp_path):
         colabkit.health.HealthMonitor(hang_floor="2h", hang_ceiling="1h")
     with pytest.raises(ValueError, match="phase 'eval'"):
         colabkit.health.HealthMonitor(gpus=False).enter_phase("eval")
+
+
+def test_a_bad_monitor_option_of_autoresume_names_the_value(tmp_path):
+    import pytest
+    pytest.importorskip("keras")
     with pytest.raises(TypeError, match="AutoResume\\(monitor='yes'\\)"):
         colabkit.keras.AutoResume(tmp_path / "ck", monitor="yes")
 
