@@ -38,7 +38,7 @@ if int(keras.__version__.split(".")[0]) < 3:
 
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from ..checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, total_nbytes  # noqa: E402
+from ..checkpoints.buffers import total_nbytes  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
 from .tfdata import UNTRACKED, attach as attach_input, check_saved as check_input_position  # noqa: E402
@@ -152,7 +152,6 @@ class AutoResume(RunAttributes, keras.callbacks.Callback):
         self._checkpoints_closed = False   # delete_checkpoint closed them: the next fit() opens new ones
         self.monitor = self._make_monitor(monitor)
         self.restored = None          # what on_train_begin restored (colabkit.Restored) or None
-        self._buffers = _SnapshotBuffers()
         # kept across runs: a fit() left by an exception leaves its handlers, which find fit() gone (_fit_running)
         self._signals = SignalLatch(self._fit_running, on_step_aside=self._signals_stepped_aside)
         self._callback_list = None    # the CallbackList of the coming fit(), hooked (see _hook_callback_list)
@@ -499,7 +498,7 @@ class AutoResume(RunAttributes, keras.callbacks.Callback):
                 self.checkpoints.claim()   # another run writing this folder is an error now, not a mix-up later
             for monitor in self._monitors():   # the monitor's train-function wrapper goes innermost
                 monitor._install_train_function(self.model)
-            self._state_nbytes = self._buffers.prefill([v for group in self._variables() for v in group])
+            self._state_nbytes = self.checkpoints.prepare_snapshot([v for group in self._variables() for v in group])
             self._restore_and_position()
             self._guard_train_function()
             self._prepare_callbacks()
@@ -879,15 +878,11 @@ class AutoResume(RunAttributes, keras.callbacks.Callback):
         model_vars, opt_vars, metric_vars = self._variables()
         everything = [*model_vars, *opt_vars, *metric_vars]
         self._state_nbytes = total_nbytes(everything)   # optimizers built in the first step count from then on
-        periodic = reason in ("save_freq", "every")
-        buffers = self._buffers.take(everything, wait=not periodic or self._buffers.is_small(self._state_nbytes),
-                                     reclaim=self.checkpoints._drop_pending)
-        if buffers is None:   # the previous snapshot is still being written: the next batch end asks again
-            return False
-        arrays = iter(buffers)
-        copy = lambda variables: [copy_into(next(arrays), v) for v in variables]  # noqa: E731
-        try:
-            state = {
+
+        def fill(buffers):
+            arrays = iter(buffers)
+            copy = lambda variables: [copy_into(next(arrays), v) for v in variables]  # noqa: E731
+            return {
                 "model": copy(model_vars), "model_paths": self._paths_of(model_vars),
                 "optimizer": copy(opt_vars), "optimizer_paths": self._paths_of(opt_vars),
                 "metrics": copy(metric_vars), "metrics_paths": self._paths_of(metric_vars),
@@ -895,21 +890,18 @@ class AutoResume(RunAttributes, keras.callbacks.Callback):
                 "callbacks": self._callback_states(),
                 "input": self._input.state(position),
             }
-        except BaseException:   # a callback's get_state() failing, a second interrupt: the set is free again
-            self._buffers.give_back(buffers)
-            raise
-        if self._mw is not None and not self._mw.is_chief:
-            # it took part (read every variable, as the chief did); only the chief's copy is kept
-            self._buffers.give_back(buffers)
-            self._last_saved_position, self._saved_in_run, self._last_saved_step = position, True, self._step
-            self._batches_since_save, self._last_save_time = 0, time.time()
-            self._event(event, f"step {self._step} (epoch {epoch}, batch {batch}, {reason}; kept by the chief)")
-            return True
-        ok = self.checkpoints.save(self._step, state, epoch=epoch, batch=batch, wait=wait, _copy_arrays=False,
-                                   info={"reason": reason}, _release=lambda: self._buffers.give_back(buffers))
+
+        # a worker other than the chief takes part (reads every variable, as the chief does); the chief writes
+        writes = self._mw is None or self._mw.is_chief
+        ok = self.checkpoints.save_snapshot(self._step, everything, fill, periodic=reason in ("save_freq", "every"),
+                                            epoch=epoch, batch=batch, info={"reason": reason}, wait=wait,
+                                            write=writes)
+        if ok is None:   # the previous snapshot is still being written: the next batch end asks again
+            return False
         self._last_saved_position, self._saved_in_run, self._last_saved_step = position, True, self._step
         self._batches_since_save, self._last_save_time = 0, time.time()
-        self._event(event, f"step {self._step} (epoch {epoch}, batch {batch}, {reason})")
+        kept = "" if writes else "; kept by the chief"
+        self._event(event, f"step {self._step} (epoch {epoch}, batch {batch}, {reason}{kept})")
         return ok
 
     def _final_wait_s(self) -> float:

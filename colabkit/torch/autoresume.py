@@ -30,7 +30,6 @@ torch = require("torch", "torch", "colabkit.torch.AutoResume")
 
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from ..checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from .state import (  # noqa: E402
     check_generators,
@@ -141,7 +140,6 @@ class AutoResume(RunAttributes):
         self._signals = SignalLatch(self._loop_running)
         self._watch = None
         self._state_nbytes = 0
-        self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
         self._restore()
 
     # the run record (colabkit.resume.run): events, deadline, verbose, ... come from RunAttributes
@@ -427,19 +425,16 @@ class AutoResume(RunAttributes):
             return None
         return _encode_small(self._stateful.state_dict())
 
-    def _state(self, periodic: bool, ranks=None):
-        """(the state to save, with every tensor copied once into a reused host buffer; the buffers) or None
-        when a periodic save of a large state finds its buffers still being written (the next batch asks again)."""
+    def _state(self, ranks=None):
+        """(the specs of the tensors to copy, fill): ``fill(buffers)`` copies each tensor once into its host
+        buffer and returns the state to save (see Checkpoints.save_snapshot)."""
         tensors = []
         objects = {name: _encode(_target(obj).state_dict(), tensors) for name, obj in self.objects.items()}
         user = _encode(self.state, tensors)   # a copy: later in-place updates do not reach the background write
         specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
         self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
-        buffers = self._buffers.take(specs, wait=not periodic or self._buffers.is_small(self._state_nbytes),
-                                     reclaim=self.checkpoints._drop_pending)
-        if buffers is None:
-            return None
-        try:
+
+        def fill(buffers):
             for tensor, buffer in zip(tensors, buffers):
                 _copy_into(buffer, tensor)
             state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": _fill(user, buffers),
@@ -448,10 +443,9 @@ class AutoResume(RunAttributes):
                      "loader": self._loader_state()}
             if ranks is not None:
                 state["ranks"] = ranks
-        except BaseException:
-            self._buffers.give_back(buffers)
-            raise
-        return state, buffers
+            return state
+
+        return specs, fill
 
     def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
         taken = self._last_saved == (self.step, self.epoch, self.batch) and not wait
@@ -483,14 +477,13 @@ class AutoResume(RunAttributes):
         return ok
 
     def _write(self, reason, wait, event, ranks) -> bool:
-        """Rank 0 (or the only process): copy the state into host buffers and hand it to the store."""
-        taken = self._state(periodic=reason in ("save_freq", "every"), ranks=ranks)
-        if taken is None:
+        """Rank 0 (or the only process): the store copies the state into its host buffers and writes it. False
+        when a periodic save of a large state finds the buffers still being written (the next batch asks again)."""
+        specs, fill = self._state(ranks=ranks)
+        ok = self.checkpoints.save_snapshot(self.step, specs, fill, periodic=reason in ("save_freq", "every"),
+                                            epoch=self.epoch, batch=self.batch, info={"reason": reason}, wait=wait)
+        if ok is None:
             return False
-        state, buffers = taken
-        ok = self.checkpoints.save(self.step, state, epoch=self.epoch, batch=self.batch, wait=wait,
-                                   _copy_arrays=False, info={"reason": reason},
-                                   _release=lambda: self._buffers.give_back(buffers))
         self._last_saved = (self.step, self.epoch, self.batch)
         self._since_save, self._last_save_time = 0, time.time()
         self._event(event, f"step {self.step} (epoch {self.epoch}, batch {self.batch}, {reason})")

@@ -36,7 +36,6 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from ..checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from .state import (  # noqa: E402
     check_generators,
@@ -87,7 +86,6 @@ class CheckpointIO(_LightningCheckpointIO):
         self.pointer = _pointer_path(self.checkpoints)
         self.frozen = None          # why later saves are skipped (training stopped after its final save), or None
         self.last_step = None       # the step of the last save taken
-        self._buffers = SnapshotBuffers()
         self._periodic = False      # set by the callback around its periodic saves: skip when buffers are busy
         self._wait = False          # set by the callback around final saves: wait this long for the commit
         self._committed = True
@@ -110,23 +108,21 @@ class CheckpointIO(_LightningCheckpointIO):
         tree = _encode(checkpoint, tensors)
         specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
         self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
-        periodic = self._periodic and not self._buffers.is_small(self._state_nbytes)
-        buffers = self._buffers.take(specs, wait=not periodic, reclaim=self.checkpoints._drop_pending)
-        if buffers is None:
-            self.last_step = None   # the callback asks again at the next batch
-            return
-        try:
+        name = os.path.basename(str(path))
+
+        def fill(buffers):
             for tensor, buffer in zip(tensors, buffers):
                 _copy_into(buffer, tensor)
-            state = {"format": FORMAT, "name": os.path.basename(str(path)), "checkpoint": _fill(tree, buffers)}
-        except BaseException:
-            self._buffers.give_back(buffers)
-            raise
+            return {"format": FORMAT, "name": name, "checkpoint": _fill(tree, buffers)}
+
         step = int(checkpoint.get("global_step") or 0)
-        self._committed = self.checkpoints.save(
-            step, state, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint), wait=self._wait,
-            _copy_arrays=False, info={"reason": "lightning", "name": state["name"]},
-            _release=lambda: self._buffers.give_back(buffers))
+        committed = self.checkpoints.save_snapshot(
+            step, specs, fill, periodic=self._periodic, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint),
+            info={"reason": "lightning", "name": name}, wait=self._wait)
+        if committed is None:
+            self.last_step = None   # the buffers are being written: the callback asks again at the next batch
+            return
+        self._committed = committed
         self.last_step = step
         self.write_pointer()
 

@@ -14,9 +14,9 @@ import pytest
 
 keras = pytest.importorskip("keras")
 import colabkit  # noqa: E402
-import colabkit.keras.autoresume as ck  # noqa: E402
 import colabkit.keras.state as ck_keras_state  # noqa: E402
 from colabkit.checkpoints import folder, npz, state as ck_state  # noqa: E402
+from colabkit.checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from colabkit.checkpoints.folder import CheckpointFolder  # noqa: E402
 from colabkit.checkpoints.manifest import MANIFEST_NAME  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
@@ -87,7 +87,7 @@ def test_a_save_while_the_previous_is_written_takes_no_second_set_and_resume_is_
     finally:
         tracemalloc.stop()
     nbytes = state_nbytes(model)
-    assert auto._buffers.sets_allocated == 1, "one set of snapshot buffers by default"
+    assert auto.checkpoints.snapshot_buffer_sets == 1, "one set of snapshot buffers by default"
     assert peak < 1.5 * nbytes, f"snapshots took {peak} bytes of host memory for {nbytes} bytes of state"
     assert saves[8] == 1 and set(saves[:9]) <= {0, 1}, f"saves due during the first write waited: {saves}"
     assert saves[9] == 2, f"and were taken once it was written: {saves}"
@@ -120,7 +120,7 @@ def test_spare_buffer_sets_trade_memory_for_taking_every_save_at_once(tmp_path, 
 
     auto = colabkit.keras.AutoResume(str(tmp_path / "run"), save_freq=1, deadline=None, verbose=0)
     model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
-    assert auto._buffers.sets_allocated == 2
+    assert auto.checkpoints.snapshot_buffer_sets == 2
     assert slow.writes >= 1 and seqs[4:8] == list(range(seqs[4], seqs[4] + 4)) and seqs[4] >= 2, \
         f"while the first snapshot is being written, every save is taken when it is due: {seqs}"
     assert auto.checkpoints.status.saves_dropped >= 3, "snapshots waiting behind the write were replaced"
@@ -147,7 +147,7 @@ def test_a_snapshot_waiting_behind_a_slow_upload_is_replaced_in_the_same_buffers
     auto = colabkit.keras.AutoResume(str(tmp_path / "drive" / "run"), save_freq=1, deadline=None, verbose=0,
                                      local_dir=tmp_path / "local")
     model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, Watch()])
-    assert auto._buffers.sets_allocated == 1
+    assert auto.checkpoints.snapshot_buffer_sets == 1
     assert seqs[3:] == list(range(seqs[3], seqs[3] + 5)), f"every later save was taken when due: {seqs}"
     assert auto.checkpoints.status.saves_dropped >= 4, "each replaced the one waiting behind the upload"
     assert CheckpointFolder(tmp_path / "drive" / "run").committed()[-1].step == 8
@@ -163,7 +163,7 @@ def test_a_small_state_is_saved_at_every_batch_a_save_is_due_even_when_writes_ar
     model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto])
     saved = [int(detail.split()[1]) for _, kind, detail in auto.events if kind == "save"]
     assert saved == list(range(1, 13)), f"each batch's save was taken at that batch: {saved}"
-    assert auto._buffers.sets_allocated == 1
+    assert auto.checkpoints.snapshot_buffer_sets == 1
     assert CheckpointFolder(tmp_path / "run").committed()[-1].step == 12
 
 
@@ -345,10 +345,10 @@ def test_a_save_that_fails_gives_its_snapshot_buffers_back(tmp_path, ck_env):
         model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, FailsOnce()])
     started = time.monotonic()
     model.fit(x, x[:, :1], batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[auto, FailsOnce()])
-    assert time.monotonic() - started < ck._SnapshotBuffers.WAIT_S / 2, "no save waited for a lost buffer set"
+    assert time.monotonic() - started < SnapshotBuffers.WAIT_S / 2, "no save waited for a lost buffer set"
     saved = [detail for _, kind, detail in auto.events if kind == "save"]
     assert [d.split()[1] for d in saved] == ["2", "4", "6", "8"], saved
-    assert auto._buffers.sets_allocated == 1
+    assert auto.checkpoints.snapshot_buffer_sets == 1
 
 
 def _name_of(source) -> str:
