@@ -249,19 +249,22 @@ def worker(dest, width, save_freq, batches):
     x, y = data(width, batches)
     auto = colabkit.keras.AutoResume(dest, save_freq=save_freq, deadline=None, verbose=0, keep=2)
     saved_at, lock, out = {}, threading.Lock(), threading.Lock()
-    real_save = auto.checkpoints.save
+    real_save = auto.checkpoints.save_snapshot
 
     def say(line):   # whole lines: the watcher thread prints too
         with out:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
 
-    def save(step, *a, **kw):
-        with lock:
-            saved_at[step] = time.monotonic()
-        return real_save(step, *a, **kw)
+    def save(step, specs, fill, **kw):
+        def timed(buffers):   # the snapshot is taken once fill has copied the state: a commit's latency from there
+            state = fill(buffers)
+            with lock:
+                saved_at[step] = time.monotonic()
+            return state
+        return real_save(step, specs, timed, **kw)
 
-    auto.checkpoints.save = save
+    auto.checkpoints.save_snapshot = save
 
     def watch():
         last = None
@@ -471,7 +474,7 @@ def main():
     snap_mem = with_auto - plain
     ratios["memory"] = snap_mem / nbytes
     status = holder["auto"].checkpoints.status
-    sets = getattr(holder["auto"]._buffers, "sets_allocated", None)
+    sets = getattr(holder["auto"].checkpoints, "snapshot_buffer_sets", None)
     print(f"\n2. host memory for snapshots (16 batches, a save after every one): tracemalloc peak "
           f"{with_auto / 1e6:.0f} MB with AutoResume, {plain / 1e6:.0f} MB without -> {snap_mem / 1e6:.0f} MB "
           f"= {ratios['memory']:.2f}x the state (target <= 1x); snapshots written "

@@ -16,6 +16,7 @@ from .. import config as _config
 from .. import mounts as _mounts
 from . import state as _state
 from . import writer as _writer
+from .buffers import SnapshotBuffers, total_nbytes
 from .destinations import resolve_destination
 from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, InvalidCheckpoint, new_name
 from .lease import lease_for
@@ -64,10 +65,12 @@ class Checkpoints:
     """Crash-safe checkpoints in ``directory`` ("drive:runs/gan", or any folder).
 
     ``save(step, state)`` snapshots the state on the calling thread; a background thread writes it, hashing
-    it on the way, and commits it (data fsynced, manifest last). A destination on a local disk is written
-    once, directly; for Drive or another network mount (or with ``local_dir``) the checkpoint is committed
-    on fast local disk first and copied to the destination in the background. A checkpoint is visible to
-    ``restore()`` only once its manifest is complete and its files match it.
+    it on the way, and commits it (data fsynced, manifest last). A training loop saves with
+    ``save_snapshot(step, specs, fill)`` instead: its arrays are copied once, into host buffers the store
+    reuses. A destination on a local disk is written once, directly; for Drive or another network mount (or
+    with ``local_dir``) the checkpoint is committed on fast local disk first and copied to the destination in
+    the background. A checkpoint is visible to ``restore()`` only once its manifest is complete and its files
+    match it.
 
     keep: committed checkpoints kept per folder (older ones are deleted only after a newer one is committed).
     keep_every: also keep one checkpoint per this interval ("6h"), like tf.train.CheckpointManager.
@@ -136,6 +139,7 @@ class Checkpoints:
         self._newest_seen = None      # the newest checkpoint restore() found, and the damaged ones it skipped
         self._damaged_seen: set[str] = set()
         self._seq = 0
+        self._snapshot_buffers = SnapshotBuffers()   # host buffers save_snapshot copies into, reused
         self.last_snapshot_s: float | None = None
         _OPEN.add(self)
 
@@ -155,19 +159,75 @@ class Checkpoints:
 
     # -- saving ---------------------------------------------------------------------------------------
     def save(self, step: int, state: dict, *, epoch=None, batch=None, info: dict | None = None,
-             wait: bool | float = False, _copy_arrays: bool = True, _release=None) -> bool:
-        """Checkpoint ``state`` as ``step``. Returns once the state is snapshotted; the rest is background.
+             wait: bool | float = False) -> bool:
+        """Checkpoint ``state`` as ``step``. Returns once the state is snapshotted (its arrays copied); the rest
+        is background.
 
         wait: True blocks until the checkpoint is on the destination; a number waits at most that many
         seconds. Returns True when the checkpoint is committed as asked (always True without ``wait``).
         """
+        self._submit(step, state, epoch=epoch, batch=batch, info=info, copy_arrays=True, release=None)
+        return self._waited(wait)
+
+    def save_snapshot(self, step: int, specs, fill, *, periodic: bool = False, epoch=None, batch=None,
+                      info: dict | None = None, wait: bool | float = False, write: bool = True) -> bool | None:
+        """Checkpoint a training loop's state as ``step``, copying its arrays once, into host buffers this store
+        keeps and reuses from save to save: the copy the loop waits for is only the device-to-host copy (into
+        memory already touched: one memcpy, no page faults); writing, hashing and uploading are background.
+
+        specs: one entry per array to snapshot, each with ``shape`` and ``dtype`` (a NumPy dtype or its name):
+        NumPy arrays, framework variables, or any object with those two attributes.
+        fill(buffers): called with one host array per spec, in order, of that shape and dtype; it copies the
+        loop's arrays in (the device-to-host copy) and returns the state dict, whose arrays are those buffers
+        (or views of them) and arrays of its own that nothing changes later: no array in it is copied again.
+        periodic: a save taken on a schedule (every n batches, an interval). The buffers are one set by default
+        (the ``snapshot_buffers`` setting), held from the snapshot until its write ends; a snapshot still
+        waiting to be written (behind an upload) is discarded for this newer one. When every set is being
+        written, a periodic save of a state above ``small_state_mb`` takes nothing and returns None: the loop
+        asks again at a later batch and never waits for a write. Any other save (an epoch's end, a deadline,
+        a signal, the end of training) and a small state wait for a set. A set not yet written to (see
+        ``prepare_snapshot``) is touched by a background thread when a periodic save of a large state first asks
+        for it; that save returns None, and a later one uses the set.
+        write: False takes the snapshot (``fill`` runs under the same rules) and writes nothing: a worker of a
+        multi-worker run reads its variables as the one that writes does, and leaves the writing to it.
+
+        Returns None when nothing was taken; otherwise as ``save``: True, or with ``wait``, whether the
+        checkpoint was committed in time. The buffers are given back once the snapshot is written (or dropped
+        for a newer one), and at once when ``fill`` or the submission raises: then nothing is saved, and the
+        previous checkpoint stays the newest.
+        """
+        pool = self._snapshot_buffers
+        buffers = pool.take(specs, wait=not periodic or pool.is_small(total_nbytes(specs)),
+                            reclaim=self._uploader.drop_pending)
+        if buffers is None:   # every set is being written: a later batch asks again
+            return None
+        give_back = lambda: pool.give_back(buffers)  # noqa: E731
         try:
-            self._submit(step, state, epoch=epoch, batch=batch, info=info, copy_arrays=_copy_arrays,
-                         release=_release)
-        except BaseException:
-            if _release is not None:   # not handed over: the caller's buffers are free again
-                _release()
+            state = fill(buffers)
+            if write:
+                self._submit(step, state, epoch=epoch, batch=batch, info=info, copy_arrays=False,
+                             release=give_back)
+        except BaseException:   # not handed over: the buffers are free again
+            give_back()
             raise
+        if not write:
+            give_back()
+            return True
+        return self._waited(wait)
+
+    def prepare_snapshot(self, specs) -> int:
+        """Allocate the first set of snapshot buffers for ``specs`` (as ``save_snapshot`` takes them) unless one
+        exists, without touching its memory: a training loop calls it before its first step, so that its first
+        periodic save costs no allocation. Returns the size of a set (the state's arrays) in bytes."""
+        return self._snapshot_buffers.prefill(specs)
+
+    @property
+    def snapshot_buffer_sets(self) -> int:
+        """How many sets of snapshot buffers ``save_snapshot`` has allocated so far, each the size of the state's
+        arrays: 1 while every snapshot reused the one set (the ``snapshot_buffers`` setting allows more)."""
+        return self._snapshot_buffers.sets_allocated
+
+    def _waited(self, wait) -> bool:
         if wait is False:
             return True
         return self.wait(None if wait is True else float(wait))
@@ -250,11 +310,6 @@ class Checkpoints:
                 f"{self.location} holds step {newest.step} of an earlier run, and this run started at step {step} "
                 f"without restoring it; its checkpoints stay on local disk at {self.local.path} and are not "
                 f"uploaded. Call restore() first to continue that run, pass fresh=True, or use another folder.")
-
-    def _drop_pending(self) -> bool:
-        """Discard the snapshot that waits to be written, if there is one (its memory is given back): the
-        caller is about to take a newer one."""
-        return self._uploader.drop_pending()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the newest save is committed on the destination. False on timeout or failure."""

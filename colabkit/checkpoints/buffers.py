@@ -1,4 +1,5 @@
-"""Host buffers that checkpoint snapshots are copied into, reused from save to save (Keras and PyTorch)."""
+"""Host buffers that checkpoint snapshots are copied into, reused from save to save: the pool a `Checkpoints`
+owns for ``save_snapshot`` (the Keras, PyTorch and Lightning adapters save through it)."""
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,11 @@
 """What of a Keras training state a checkpoint holds, and how it is found and copied: every variable by a
-stable path (StateLayout), host copies of variables, RNG states as JSON, and the state of other callbacks.
-colabkit/keras/autoresume.py's AutoResume saves and restores with these."""
+stable path (StateLayout, TrackedVariables), host copies of variables, the RNG states, and which attributes of
+Keras' own callbacks hold theirs. colabkit/keras/autoresume.py's AutoResume saves with these; restore.py and
+callbacks.py put them back."""
 from __future__ import annotations
+
+import random
+import sys
 
 import numpy as np
 
@@ -12,7 +16,7 @@ keras = require("keras", "tf", "colabkit.keras.AutoResume")
 LAYOUT = 2                          # checkpoints whose variables are matched by path (see StateLayout)
 GROUPS = ("model", "optimizer", "metrics")
 # Keras callbacks whose state a resumed run needs, and the attributes that hold it (CSVLogger: see
-# AutoResume._prepare_callbacks in autoresume.py; a callback with get_state()/set_state() is asked instead)
+# callbacks.py's append_csv_logs; a callback with get_state()/set_state() is asked instead)
 CALLBACK_STATE = (
     ("EarlyStopping", ("wait", "stopped_epoch", "best", "best_weights", "best_epoch")),
     ("ReduceLROnPlateau", ("wait", "best", "cooldown_counter")),
@@ -51,6 +55,54 @@ def keras_global_seed_generator():
 def python_rng_to_json(state):
     version, internal, gauss = state
     return {"version": version, "internal": list(internal), "gauss": gauss}
+
+
+def rng_state() -> dict:
+    """The global RNG states a checkpoint holds: Python's, NumPy's, TensorFlow's global generator (when
+    TensorFlow is loaded) and Keras' global seed generator (when there is one)."""
+    state = {"python": python_rng_to_json(random.getstate())}
+    np_state = np.random.get_state()
+    state["numpy"] = {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
+                      "cached_gaussian": float(np_state[4])}
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        state["tf_global_generator"] = tf.random.get_global_generator().state.numpy()
+    seed_gen = keras_global_seed_generator()
+    if seed_gen is not None:
+        state["keras_global_seed"] = keras.ops.convert_to_numpy(seed_gen.state.value)
+    return state
+
+
+class TrackedVariables:
+    """The variables of a model's training state ((model, optimizer, metrics), see StateLayout), walked again
+    when the model is another one or its variables changed (an optimizer builds in its first apply)."""
+
+    def __init__(self):
+        self.layout = None   # the StateLayout of the last walk
+
+    def groups(self, model):
+        """(model, optimizer, metrics) variables: everything Keras tracks for training."""
+        layout = self.layout
+        if layout is None or layout.model is not model or layout.changed():
+            layout = self.layout = StateLayout(model)
+        return layout.groups
+
+    def forget(self) -> None:
+        """Walk the model again at the next ``groups`` (variables may have been built meanwhile)."""
+        self.layout = None
+
+    def paths_of(self, variables) -> list:
+        return [self.layout.paths[id(v)] for v in variables]
+
+    def optimizer_builds(self) -> dict:
+        """For each built optimizer, the paths of the variables it was built for, so that a resumed run can
+        build one that builds lazily (a GAN's optimizers, in their first apply) before its state is assigned."""
+        builds = {}
+        for path, optimizer in self.layout.optimizers:
+            built_for = getattr(optimizer, "_trainable_variables", None)
+            if getattr(optimizer, "built", False) and built_for is not None:
+                builds[path] = [self.layout.paths.get(id(v)) for v in built_for]
+        return builds
 
 
 class StateLayout:

@@ -37,6 +37,8 @@ import zlib
 
 import numpy as np
 
+from .frames import fit_locals_above
+
 log = logging.getLogger("colabkit")
 
 _FORMAT = 1
@@ -100,7 +102,7 @@ class _Unpositionable(_Untracked):
 
 def attach(frame, model=None):
     """The position tracker for the fit() of ``model`` running at or above ``frame`` (from on_train_begin)."""
-    fit_locals = _fit_locals_above(frame)
+    fit_locals = fit_locals_above(frame)
     epoch_iterator = fit_locals.get("epoch_iterator")
     adapter = type(getattr(epoch_iterator, "data_adapter", None)).__name__
     if adapter != "TFDatasetAdapter":
@@ -398,18 +400,6 @@ class _DeferredIterator:
 
 _SHARED = ("the position was saved at an epoch's last batch, and validation_data reads the training data's "
            "shuffle() after it")
-
-
-def _fit_locals_above(frame) -> dict:
-    """The locals of the Keras fit() frame at or above ``frame`` (one with an epoch iterator), or {}."""
-    for _ in range(12):   # fit() -> CallbackList.on_train_begin -> AutoResume.on_train_begin -> ...
-        if frame is None:
-            return {}
-        found = frame.f_locals
-        if hasattr(found.get("epoch_iterator"), "data_adapter"):
-            return found
-        frame = frame.f_back
-    return {}
 
 
 def _tf_message(exc) -> str:

@@ -13,6 +13,9 @@ JSON-able, tensors, NumPy arrays), the step and epoch counters, the RNG states (
 Python) and the DataLoader's position and shuffle order. In a distributed run (torchrun) rank 0 writes and
 every rank restores its own RNG states from the same checkpoint. Checkpoints go through `colabkit.Checkpoints`:
 tensors are stored as NumPy arrays in ``.npz`` with a JSON tree; nothing is unpickled on restore.
+
+This module holds AutoResume itself: its loops, when it saves and what, and the restore. The DataLoader's place
+is loader.py's, the checks of arguments and checkpoints checks.py's, the ranks' agreement distributed.py's.
 """
 from __future__ import annotations
 
@@ -30,46 +33,33 @@ torch = require("torch", "torch", "colabkit.torch.AutoResume")
 
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from ..checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
+from ..resume import schedule  # noqa: E402
+from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
+from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
+from ..resume.signals import SignalLatch  # noqa: E402
+from ..units import format_duration  # noqa: E402
+from .checks import check_checkpoint, check_objects, check_schedule  # noqa: E402
+from .distributed import process_group  # noqa: E402
+from .loader import LoaderPlace  # noqa: E402
 from .state import (  # noqa: E402
-    check_generators,
-    check_optimizer_state,
-    check_rng,
-    check_schedule,
+    FORMAT,
     Stopped,
     _copy_into,
     _decode,
     _encode,
     _encode_small,
-    _epoch_start_state,
     _fill,
     _host_dtype,
-    _loader_generators,
-    _positionable,
     _rng_state,
-    _set_epoch_start,
-    _set_generators,
     _set_rng,
-    _skip,
     _Spec,
-    _stateful,
+    target,
 )
-from ..resume import schedule  # noqa: E402
-from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
-from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
-from ..resume.signals import SignalLatch  # noqa: E402
-from ..units import format_duration  # noqa: E402
 
 log = logging.getLogger("colabkit")
 
-FORMAT = "colabkit.torch/1"
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
-# objects whose saved class must match (their state dicts load into another class without an error)
-_CLASS_CHECKED = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
-# optimizer state entries shaped like their parameter (torch.optim's own optimizers)
-_PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "sum", "square_avg", "acc_delta",
-                 "grad_avg")
 
 
 class AutoResume(RunAttributes):
@@ -106,14 +96,9 @@ class AutoResume(RunAttributes):
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
                  keep_every=None, verbose=1, local_dir=None, resume_from=None, **objects):
         every = check_schedule(save_freq, every)
-        for name, obj in objects.items():
-            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
-                raise ValueError(
-                    f"{name}={type(obj).__name__} has no state_dict()/load_state_dict(), so AutoResume cannot save "
-                    f"and restore it. Pass modules, optimizers, LR schedulers, GradScaler, or an object of your own "
-                    f"with those two methods; put plain values in ar.state[{name!r}] instead.")
-        self._dist = _distributed()         # torch.distributed with more than one process: rank 0 writes
-        self._rank = self._dist.get_rank() if self._dist is not None else 0
+        check_objects(objects)
+        self._dist = process_group()        # torch.distributed with more than one process: rank 0 writes
+        self._rank = self._dist.rank if self._dist is not None else 0
         # what the status panel shows of this run (colabkit.resume.run); rank 0 alone prints
         self.record = Run(self, "colabkit.torch.AutoResume", deadline=deadline, verbose=verbose, quiet=self._rank != 0)
         self.directory, self.save_freq, self.every, self.verbose = directory, save_freq, every, verbose
@@ -131,9 +116,7 @@ class AutoResume(RunAttributes):
         self.stopped_for = None        # why training was stopped (a deadline, a signal), or None
         self._pending = None           # the restored checkpoint's RNG and loader states, applied at its position
         self._checked = None           # what _check decoded from the checkpoint restore() is about to return
-        self._epoch_start = None       # RNG states at the start of the current epoch's loader
-        self._generators = []          # the torch.Generators of the loader batches() iterated last
-        self._stateful = None          # that loader, when it keeps its own position (torchdata's StatefulDataLoader)
+        self._place = LoaderPlace()    # the loader batches() iterated last: its generators, its epoch's start
         self._resumed_generators = None   # their saved states, for the first loader after an epoch-start resume
         self._since_save, self._last_save_time = 0, time.time()
         self._last_saved = None        # (step, epoch, batch) of the last save
@@ -141,7 +124,6 @@ class AutoResume(RunAttributes):
         self._signals = SignalLatch(self._loop_running)
         self._watch = None
         self._state_nbytes = 0
-        self._buffers = SnapshotBuffers()   # one set of host buffers the tensors are copied into, reused
         self._restore()
 
     # the run record (colabkit.resume.run): events, deadline, verbose, ... come from RunAttributes
@@ -151,26 +133,22 @@ class AutoResume(RunAttributes):
     def _restore(self):
         restored = self.checkpoints.restore(check=self._check)
         if self._dist is not None:   # every rank restores the same checkpoint before any rank saves again
-            low, high = self._all_reduce([-(restored.step if restored else -1), restored.step if restored else -1])
-            if -low != high:
-                raise CheckpointError(f"the processes of this distributed run found different checkpoints in "
-                                      f"{self.directory} (steps {-low} to {high}); give every rank the same "
-                                      f"folder, readable from each. Nothing was restored.")
+            self._dist.same_checkpoint(restored, self.directory)
         if restored is None:
             return
         decoded, user, ranks = self._checked
         self._checked = None
         # a load_state_dict can still fail after others have loaded: their states before, to load back then
-        before = {name: copy.deepcopy(_target(obj).state_dict()) for name, obj in self.objects.items()}
+        before = {name: copy.deepcopy(target(obj).state_dict()) for name, obj in self.objects.items()}
         loaded = []
         for name, obj in self.objects.items():
             try:
                 loaded.append(name)
-                _target(obj).load_state_dict(decoded[name])
+                target(obj).load_state_dict(decoded[name])
             except Exception as exc:
                 for done in loaded:
                     try:
-                        _target(self.objects[done]).load_state_dict(before[done])
+                        target(self.objects[done]).load_state_dict(before[done])
                     except Exception:   # the original error is the one to report
                         log.exception("colabkit: %s: putting its state back after a failed restore failed", done)
                 raise CheckpointError(f"{name}: loading its state from {self.directory} (step {restored.step}) "
@@ -182,11 +160,7 @@ class AutoResume(RunAttributes):
         self.epoch, self.batch = untrusted.position(restored)
         own = {"rng": state["rng"], "epoch_start": state.get("epoch_start"), "loader": state.get("loader")}
         if self._dist is not None:
-            if len(ranks) == self._dist.get_world_size():
-                own = ranks[self._rank]
-            else:
-                log.warning("colabkit: the checkpoint holds the RNG states of %d processes and this run has %d; "
-                            "every rank starts from rank 0's", len(ranks) or 1, self._dist.get_world_size())
+            own = self._dist.own(ranks, own)
         self._pending = {"rng": own["rng"], "epoch_start": own.get("epoch_start"), "batch": self.batch,
                          "loader": _decode(own["loader"]) if own.get("loader") is not None else None}
         self._last_saved = (self.step, self.epoch, self.batch)
@@ -195,50 +169,9 @@ class AutoResume(RunAttributes):
         self._say(f"resumed from step {self.step} (epoch {self.epoch}, batch {self.batch}) in {self.directory}")
 
     def _check(self, restored):
-        """Everything a candidate checkpoint holds, checked before anything live changes (the store calls this
-        in restore()): a value that cannot be valid raises InvalidCheckpoint (the store warns and tries the
-        previous checkpoint); a valid checkpoint that does not fit these objects raises CheckpointError."""
-        untrusted.position(restored)
-        state = untrusted.mapping(restored.state, "the state")
-        if state.get("format") != FORMAT:
-            raise CheckpointError(f"{self.directory} holds a checkpoint that colabkit.torch did not write "
-                                  f"(format {state.get('format')!r}); use another folder. Nothing was restored.")
-        saved = untrusted.mapping(state.get("objects") or {}, "the state's objects")
-        missing = [n for n in self.objects if n not in saved]
-        extra = [n for n in saved if n not in self.objects]
-        if missing or extra:
-            raise CheckpointError(
-                f"The checkpoint in {self.directory} (step {restored.step}) holds {sorted(saved)}, and AutoResume "
-                f"was given {sorted(self.objects)}"
-                + (f"; missing from the checkpoint: {missing}" if missing else "")
-                + (f"; not passed now: {extra}" if extra else "")
-                + ". Pass the same names as the run that saved it, or use another folder. Nothing was restored.")
-        decoded = {name: _decode(saved[name], name) for name in self.objects}
-        user = untrusted.mapping(_decode(state.get("user") or {}, "ar.state"), "ar.state")
-        ranks = untrusted.sequence(state.get("ranks") or [], "the ranks' states")
-        for i, own in enumerate([state, *ranks]):
-            where = "the checkpoint" if i == 0 else f"rank {i - 1}'s states"
-            own = untrusted.mapping(own, where)
-            check_rng(own.get("rng"), f"{where}' RNG states")
-            if own.get("epoch_start") is not None:
-                start = untrusted.mapping(own["epoch_start"], f"{where}' epoch start")
-                untrusted.vector(start.get("torch"), f"{where}' epoch start torch state", dtype=np.uint8,
-                                 length=torch.get_rng_state().numel())
-                check_generators(start.get("generators"), f"{where}' epoch start generators")
-            if own.get("loader") is not None:
-                untrusted.mapping(_decode(own["loader"], f"{where}' loader state"), f"{where}' loader state")
-        classes = untrusted.mapping(state.get("classes") or {}, "the state's classes")
-        for name, obj in self.objects.items():   # everything is checked before anything is loaded
-            target = _target(obj)
-            untrusted.mapping(decoded[name], f"{name}'s state")   # state_dict() is a dict, whatever else it holds
-            if isinstance(target, torch.optim.Optimizer):
-                check_optimizer_state(decoded[name], name)
-            if isinstance(target, _CLASS_CHECKED) and classes.get(name, type(target).__name__) != type(target).__name__:
-                raise CheckpointError(f"{name}: the checkpoint in {self.directory} was saved from "
-                                      f"{classes[name]}, and {name} is {type(target).__name__} now. Pass the same "
-                                      f"kind of object under each name, or use another folder. Nothing was restored.")
-            _check_fits(name, target, decoded[name], self.directory)
-        self._checked = (decoded, user, ranks)
+        """The store's check of a candidate checkpoint in restore() (see checks.check_checkpoint): what it
+        decoded from the checkpoint restore() accepts is kept for _restore."""
+        self._checked = check_checkpoint(restored, self.objects, self.directory)
 
     # -- the loops -------------------------------------------------------------------------------------------
     def epochs(self, n: int):
@@ -268,7 +201,7 @@ class AutoResume(RunAttributes):
                 if self.stopped_for is not None:
                     return
                 self.epoch, self.batch = self.epoch + 1, 0
-                self._epoch_start = None
+                self._place.epoch_start = None
                 self._save(reason="epoch")
                 self._agree(False)
                 if self._check_interrupt():
@@ -289,40 +222,14 @@ class AutoResume(RunAttributes):
         """Yield ``loader``'s batches for the current epoch, from the saved position on a resume; saves on
         ``save_freq``, ``every``, deadlines and signals after each batch's step."""
         pending = self._pending
-        skip = pending["batch"] if pending is not None else 0
-        generators = _loader_generators(loader)
-        self._generators = generators
-        self._stateful = loader if _stateful(loader) else None
         resumed_generators, self._resumed_generators = self._resumed_generators, None
-        if skip and pending.get("epoch_start") is not None:
-            _set_epoch_start(pending["epoch_start"], generators)   # the same shuffle order and worker seeds
-        elif resumed_generators is not None:
-            # resumed at an epoch's start: the loader's own generators as the save left them (epochs() has set
-            # the global RNGs), before its iterator draws this epoch's order from them
-            _set_generators(resumed_generators, generators)
-        self._epoch_start = _epoch_start_state(generators)
-        positionable = _positionable(loader)
-        restored_position = False
-        if skip and self._stateful is not None and pending.get("loader") is not None and (
-                not positionable or getattr(loader, "num_workers", 0) == 0):
-            # its own position: nothing is loaded again. (Map-style data in workers is skipped by loading it
-            # instead: only that replays each worker's augmentation RNG; a restored state starts them afresh.)
-            loader.load_state_dict(pending["loader"])
-            restored_position, skip = True, 0
-        if skip and not positionable:
+        skip = self._place.start(loader, pending, resumed_generators)
+        if skip and not self._place.positionable:
             self._say(f"{type(loader).__name__} cannot be positioned mid-epoch (an IterableDataset or iterator "
                       f"without state): epoch {self.epoch} restarts from its first batch")
             self.batch, skip = 0, 0
-        if getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0:
-            log.info("colabkit: persistent_workers keeps each worker's RNG across epochs, and a resumed run starts "
-                     "new workers: their augmentation does not repeat the uninterrupted run's")
-        iterator = iter(loader)
-        if skip:
-            _skip(iterator, skip)
+        iterator = self._place.iterate(loader, skip, pending)
         if pending is not None:
-            _set_rng(pending["rng"])
-            if restored_position:   # the loader's generators as they were at the save
-                _set_generators(pending["rng"].get("generators") or [], generators)
             self._pending = None
         for batch in iterator:
             yield batch
@@ -380,35 +287,23 @@ class AutoResume(RunAttributes):
             signal.raise_signal(signal.SIGTERM)   # the checkpoint is safe: let it end the process as it would have
         raise KeyboardInterrupt("training interrupted; the last checkpoint was committed first")
 
-    # -- distributed runs ------------------------------------------------------------------------------------
-    def _all_reduce(self, values: list) -> list:
-        """The element-wise maximum of ``values`` over the ranks."""
-        dist = self._dist
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-        tensor = torch.tensor(values, dtype=torch.int64, device=device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return [int(v) for v in tensor.tolist()]
-
+    # -- distributed runs (distributed.py) --------------------------------------------------------------------
     def _agree(self, stop: bool, save=None):
-        """In a distributed run, every rank learns of a signal any rank received, and of rank 0's decisions: a
-        deadline stop, a save (one small all-reduce per batch), so that all act at the same batch. Returns
-        (whether a deadline stops training, the save due or None)."""
+        """In a distributed run, every rank learns of a signal any rank received, and of rank 0's decisions (see
+        ProcessGroup.agree). Returns (whether a deadline stops training, the save due or None)."""
         if self._dist is None:
             return stop, save
-        signals, saves = (None, "SIGINT", "SIGTERM"), (None, "save_freq", "every", "deadline")
-        signalled, stop, due = self._all_reduce([signals.index(self._interrupt), int(stop), saves.index(save)])
+        signalled, stop, save = self._dist.agree(self._interrupt, stop, save)
         if signalled and not self._interrupt:
-            self._interrupt = signals[signalled]
-        return bool(stop), saves[due]
+            self._interrupt = signalled
+        return stop, save
 
     def _rank_states(self):
         """Rank 0: every rank's RNG and epoch-start states, gathered (each rank draws its own numbers);
         other ranks: None after sending theirs. Called by every rank at every save."""
-        mine = {"rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None,
-                "loader": self._loader_state()}
-        gathered = [None] * self._dist.get_world_size() if self._rank == 0 else None
-        self._dist.gather_object(mine, gathered, dst=0)
-        return gathered
+        return self._dist.gather({"rng": self._rng_state(),
+                                  "epoch_start": self._place.epoch_start if self.batch else None,
+                                  "loader": self._loader_state()})
 
     # -- saving ----------------------------------------------------------------------------------------------
     def save(self, *, wait=False, reason: str = "manual") -> bool:
@@ -418,40 +313,36 @@ class AutoResume(RunAttributes):
     def _rng_state(self) -> dict:
         """The global RNG states and the current states of the loader's own generators."""
         state = _rng_state()
-        state["generators"] = [g.get_state().numpy().copy() for g in self._generators]
+        state["generators"] = self._place.generator_states()
         return state
 
     def _loader_state(self):
         """A StatefulDataLoader's position mid-epoch (its own state_dict, tensors as arrays), else None."""
-        if self._stateful is None or not self.batch:
+        if self._place.stateful is None or not self.batch:
             return None
-        return _encode_small(self._stateful.state_dict())
+        return _encode_small(self._place.stateful.state_dict())
 
-    def _state(self, periodic: bool, ranks=None):
-        """(the state to save, with every tensor copied once into a reused host buffer; the buffers) or None
-        when a periodic save of a large state finds its buffers still being written (the next batch asks again)."""
+    def _state(self, ranks=None):
+        """(the specs of the tensors to copy, fill): ``fill(buffers)`` copies each tensor once into its host
+        buffer and returns the state to save (see Checkpoints.save_snapshot)."""
         tensors = []
-        objects = {name: _encode(_target(obj).state_dict(), tensors) for name, obj in self.objects.items()}
+        objects = {name: _encode(target(obj).state_dict(), tensors) for name, obj in self.objects.items()}
         user = _encode(self.state, tensors)   # a copy: later in-place updates do not reach the background write
         specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
         self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
-        buffers = self._buffers.take(specs, wait=not periodic or self._buffers.is_small(self._state_nbytes),
-                                     reclaim=self.checkpoints._drop_pending)
-        if buffers is None:
-            return None
-        try:
+
+        def fill(buffers):
             for tensor, buffer in zip(tensors, buffers):
                 _copy_into(buffer, tensor)
             state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": _fill(user, buffers),
-                     "classes": {name: type(_target(obj)).__name__ for name, obj in self.objects.items()},
-                     "rng": self._rng_state(), "epoch_start": self._epoch_start if self.batch else None,
+                     "classes": {name: type(target(obj)).__name__ for name, obj in self.objects.items()},
+                     "rng": self._rng_state(), "epoch_start": self._place.epoch_start if self.batch else None,
                      "loader": self._loader_state()}
             if ranks is not None:
                 state["ranks"] = ranks
-        except BaseException:
-            self._buffers.give_back(buffers)
-            raise
-        return state, buffers
+            return state
+
+        return specs, fill
 
     def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
         taken = self._last_saved == (self.step, self.epoch, self.batch) and not wait
@@ -470,27 +361,21 @@ class AutoResume(RunAttributes):
                 error = e
         if self._dist is not None:
             # rank 0's save failing must stop every rank here, not leave the others in the next collective
-            (failed,) = self._all_reduce([int(error is not None)])
-            if error is not None:
-                raise error
-            if failed:
-                raise CheckpointError(f"rank 0 could not save step {self.step} (epoch {self.epoch}, batch "
-                                      f"{self.batch}) to {self.directory}; its error is in rank 0's output. "
-                                      f"Training stopped on every rank.")
+            self._dist.raise_if_failed(error, f"step {self.step} (epoch {self.epoch}, batch {self.batch})",
+                                       self.directory)
         if self._rank != 0:   # rank 0 holds the same model state and writes it
             self._last_saved = (self.step, self.epoch, self.batch)
             self._since_save, self._last_save_time = 0, time.time()
         return ok
 
     def _write(self, reason, wait, event, ranks) -> bool:
-        """Rank 0 (or the only process): copy the state into host buffers and hand it to the store."""
-        taken = self._state(periodic=reason in ("save_freq", "every"), ranks=ranks)
-        if taken is None:
+        """Rank 0 (or the only process): the store copies the state into its host buffers and writes it. False
+        when a periodic save of a large state finds the buffers still being written (the next batch asks again)."""
+        specs, fill = self._state(ranks=ranks)
+        ok = self.checkpoints.save_snapshot(self.step, specs, fill, periodic=reason in ("save_freq", "every"),
+                                            epoch=self.epoch, batch=self.batch, info={"reason": reason}, wait=wait)
+        if ok is None:
             return False
-        state, buffers = taken
-        ok = self.checkpoints.save(self.step, state, epoch=self.epoch, batch=self.batch, wait=wait,
-                                   _copy_arrays=False, info={"reason": reason},
-                                   _release=lambda: self._buffers.give_back(buffers))
         self._last_saved = (self.step, self.epoch, self.batch)
         self._since_save, self._last_save_time = 0, time.time()
         self._event(event, f"step {self.step} (epoch {self.epoch}, batch {self.batch}, {reason})")
@@ -547,68 +432,3 @@ class AutoResume(RunAttributes):
                 return True
             frame = frame.f_back
         return False
-
-
-def _distributed():
-    """torch.distributed when this process is one of several of an initialized process group, else None."""
-    dist = getattr(torch, "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist
-    return None
-
-
-# -- objects and their state dicts -----------------------------------------------------------------------------
-
-def _target(obj):
-    """The object whose state_dict is saved: wrappers (DataParallel, DistributedDataParallel, torch.compile)
-    give way to the module they wrap, so keys carry no ``module.`` prefix and a checkpoint fits either form."""
-    while True:
-        if isinstance(obj, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
-            obj = obj.module
-        elif isinstance(obj, torch.nn.Module) and isinstance(getattr(obj, "_orig_mod", None), torch.nn.Module):
-            obj = obj._orig_mod
-        else:
-            return obj
-
-
-
-
-def _check_fits(name, obj, saved, directory):
-    """Raise CheckpointError naming ``name`` when the saved state cannot be loaded into ``obj``."""
-    def mismatch(detail):
-        return CheckpointError(f"{name}: the checkpoint in {directory} does not fit it ({detail}). It was saved "
-                               f"from a different model or setup: use the same objects, or another folder. "
-                               f"Nothing was restored.")
-
-    current = obj.state_dict()
-    if isinstance(obj, torch.nn.Module):
-        missing = [k for k in current if k not in saved]
-        unexpected = [k for k in saved if k not in current]
-        if missing or unexpected:
-            raise mismatch((f"missing {missing[:5]}" if missing else "")
-                           + ("; " if missing and unexpected else "")
-                           + (f"unexpected {unexpected[:5]}" if unexpected else ""))
-    if isinstance(obj, torch.optim.Optimizer):
-        groups, saved_groups = current["param_groups"], saved.get("param_groups", [])
-        sizes, saved_sizes = [len(g["params"]) for g in groups], [len(g["params"]) for g in saved_groups]
-        if sizes != saved_sizes:
-            raise mismatch(f"parameter groups of sizes {saved_sizes} in the checkpoint, {sizes} now")
-        params = [p for g in obj.param_groups for p in g["params"]]
-        saved_ids = [i for g in saved_groups for i in g["params"]]
-        for i, param in zip(saved_ids, params):
-            for key, value in (saved.get("state") or {}).get(i, {}).items():
-                if key in _PARAM_SHAPED and isinstance(value, torch.Tensor) and value.shape != param.shape:
-                    raise mismatch(f"state[{i}][{key!r}] has shape {tuple(value.shape)} in the checkpoint, the "
-                                   f"parameter has shape {tuple(param.shape)} now")
-    _check_shapes(current, saved, "", mismatch)
-
-
-def _check_shapes(current, saved, where, mismatch):
-    if isinstance(current, torch.Tensor) and isinstance(saved, torch.Tensor):
-        if tuple(current.shape) != tuple(saved.shape):
-            raise mismatch(f"{where or 'the value'} has shape {tuple(saved.shape)} in the checkpoint and "
-                           f"{tuple(current.shape)} now")
-    elif isinstance(current, dict) and isinstance(saved, dict):
-        for key in current:
-            if key in saved:
-                _check_shapes(current[key], saved[key], f"{where}.{key}" if where else str(key), mismatch)

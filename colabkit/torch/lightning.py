@@ -36,22 +36,17 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
-from ..checkpoints.buffers import SnapshotBuffers  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
+from .checks import check_generators, check_optimizer_state, check_rng, check_schedule  # noqa: E402
+from .loader import generators_of, set_generators  # noqa: E402
 from .state import (  # noqa: E402
-    check_generators,
-    check_optimizer_state,
-    check_rng,
-    check_schedule,
     Stopped,
     _copy_into,
     _decode,
     _encode,
     _fill,
     _host_dtype,
-    _loader_generators,
     _rng_state,
-    _set_generators,
     _set_rng,
     _Spec,
 )
@@ -87,7 +82,6 @@ class CheckpointIO(_LightningCheckpointIO):
         self.pointer = _pointer_path(self.checkpoints)
         self.frozen = None          # why later saves are skipped (training stopped after its final save), or None
         self.last_step = None       # the step of the last save taken
-        self._buffers = SnapshotBuffers()
         self._periodic = False      # set by the callback around its periodic saves: skip when buffers are busy
         self._wait = False          # set by the callback around final saves: wait this long for the commit
         self._committed = True
@@ -110,23 +104,21 @@ class CheckpointIO(_LightningCheckpointIO):
         tree = _encode(checkpoint, tensors)
         specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
         self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
-        periodic = self._periodic and not self._buffers.is_small(self._state_nbytes)
-        buffers = self._buffers.take(specs, wait=not periodic, reclaim=self.checkpoints._drop_pending)
-        if buffers is None:
-            self.last_step = None   # the callback asks again at the next batch
-            return
-        try:
+        name = os.path.basename(str(path))
+
+        def fill(buffers):
             for tensor, buffer in zip(tensors, buffers):
                 _copy_into(buffer, tensor)
-            state = {"format": FORMAT, "name": os.path.basename(str(path)), "checkpoint": _fill(tree, buffers)}
-        except BaseException:
-            self._buffers.give_back(buffers)
-            raise
+            return {"format": FORMAT, "name": name, "checkpoint": _fill(tree, buffers)}
+
         step = int(checkpoint.get("global_step") or 0)
-        self._committed = self.checkpoints.save(
-            step, state, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint), wait=self._wait,
-            _copy_arrays=False, info={"reason": "lightning", "name": state["name"]},
-            _release=lambda: self._buffers.give_back(buffers))
+        committed = self.checkpoints.save_snapshot(
+            step, specs, fill, periodic=self._periodic, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint),
+            info={"reason": "lightning", "name": name}, wait=self._wait)
+        if committed is None:
+            self.last_step = None   # the buffers are being written: the callback asks again at the next batch
+            return
+        self._committed = committed
         self.last_step = step
         self.write_pointer()
 
@@ -340,7 +332,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         self._install_signal_handlers()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        generators = _loader_generators(trainer.train_dataloader) if trainer.train_dataloader is not None else []
+        generators = generators_of(trainer.train_dataloader) if trainer.train_dataloader is not None else []
         pending, self._pending_rng = self._pending_rng, None
         if pending is not None:   # just before the resumed run's first step draws from them
             _set_rng(pending["rng"])
@@ -348,7 +340,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
             # resumed mid-epoch: the loader's position is Lightning's (a StatefulDataLoader's state), and its
             # generators go on as they were after this epoch's shuffle, so the next epoch's order is the same
             if saved is not None and saved[0] == trainer.current_epoch:
-                _set_generators(saved[1], generators)
+                set_generators(saved[1], generators)
         if self._epoch_generators is None or self._epoch_generators[0] != trainer.current_epoch:
             # the epoch's iterator has drawn its order (and its workers' seed) from them by now
             self._epoch_generators = (trainer.current_epoch, [g.get_state().numpy().copy() for g in generators])
@@ -400,7 +392,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         loader = getattr(getattr(trainer.fit_loop, "_data_source", None), "instance", None)
         if not mine.get("epoch_end") or saved is None or not isinstance(loader, torch.utils.data.DataLoader):
             return
-        _set_generators(saved[1], _loader_generators(loader))
+        set_generators(saved[1], generators_of(loader))
 
     def on_exception(self, trainer, pl_module, exception):
         # only a stop this callback did not see coming (Lightning's own SIGTERMException at an epoch's end)

@@ -1,11 +1,11 @@
 """How colabkit stores PyTorch state: state dicts as a JSON tree whose tensors are NumPy arrays (copied once
-into reused host buffers); the RNG states of torch, CUDA, NumPy and Python; and what puts a DataLoader back at
-its place (its generators, a StatefulDataLoader's state, skipping). Shared by `colabkit.torch` (AutoResume for
-plain loops) and `colabkit.torch_lightning` (Lightning's CheckpointIO and callback). Nothing is pickled.
+into the store's reused host buffers, see Checkpoints.save_snapshot), decoded back without unpickling anything;
+and the RNG states of torch, CUDA, NumPy and Python. Shared by `colabkit.torch` (AutoResume for plain loops) and
+`colabkit.torch_lightning` (Lightning's CheckpointIO and callback). What is refused is in checks.py, where a
+DataLoader stands in loader.py.
 """
 from __future__ import annotations
 
-import logging
 import random
 
 import numpy as np
@@ -17,10 +17,8 @@ torch = require("torch", "torch", "colabkit.torch")
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError  # noqa: E402
 from ..checkpoints.folder import InvalidCheckpoint  # noqa: E402
-from ..units import DURATION_FORMS, parse_duration  # noqa: E402
 
-log = logging.getLogger("colabkit")
-
+FORMAT = "colabkit.torch/1"          # the state colabkit.torch.AutoResume saves (Lightning's has its own)
 _TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: tensors, tuples, non-str-key dicts
 # dtypes NumPy has no equivalent for: stored as raw integers of the same width, the dtype named beside them
 _RAW_VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "float8_e4m3fnuz": "uint8",
@@ -43,21 +41,20 @@ class Stopped(Exception):
         return [f"colabkit.torch.Stopped: {self}"]
 
 
-def check_schedule(save_freq, every):
-    """Both PyTorch adapters' save_freq/every arguments, checked: returns ``every`` in seconds (or None)."""
-    if save_freq is not None and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
-        raise ValueError(f"save_freq={save_freq!r} is invalid: pass a number of batches (at least 1), or None "
-                         f"for no batch-count saves.")
-    if every is not None:
-        try:
-            every = parse_duration(every, name="every")
-        except ValueError:
-            raise ValueError(f"every={every!r} is invalid: pass None or {DURATION_FORMS}.") from None
-    return every
+def target(obj):
+    """The object whose state_dict is saved: wrappers (DataParallel, DistributedDataParallel, torch.compile)
+    give way to the module they wrap, so keys carry no ``module.`` prefix and a checkpoint fits either form."""
+    while True:
+        if isinstance(obj, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+            obj = obj.module
+        elif isinstance(obj, torch.nn.Module) and isinstance(getattr(obj, "_orig_mod", None), torch.nn.Module):
+            obj = obj._orig_mod
+        else:
+            return obj
 
 
 class _Spec:
-    """A host buffer's shape and NumPy dtype (what SnapshotBuffers lays its sets out by)."""
+    """A host buffer's shape and NumPy dtype (a spec of Checkpoints.save_snapshot)."""
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
@@ -193,27 +190,6 @@ def _decode_tensor(value, where):
     return tensor.view(dtype) if name in _RAW_VIEW else tensor
 
 
-def check_optimizer_state(saved, where: str) -> None:
-    """A torch.optim optimizer's state_dict() as it writes one: parameter groups that number the parameters
-    0, 1, 2, ... in order, state for those numbers only, and numeric hyperparameters that are numbers."""
-    saved = untrusted.mapping(saved, where)
-    groups = untrusted.sequence(saved.get("param_groups"), f"{where}['param_groups']")
-    ids = []
-    for g, group in enumerate(groups):
-        group = untrusted.mapping(group, f"{where}['param_groups'][{g}]")
-        ids += untrusted.sequence(group.get("params"), f"{where}['param_groups'][{g}]['params']")
-        for key in ("lr", "weight_decay", "eps", "momentum", "dampening", "initial_lr", "lr_decay", "alpha"):
-            value = group.get(key)
-            if value is not None and not (isinstance(value, torch.Tensor) and value.numel() == 1):
-                untrusted.real(value, f"{where}['param_groups'][{g}][{key!r}]", low=0)
-    if ids != list(range(len(ids))):
-        raise untrusted.invalid(f"{where}'s parameter ids", ids, f"0 to {len(ids) - 1} in order")
-    for key, entry in untrusted.mapping(saved.get("state"), f"{where}['state']").items():
-        if key not in ids:
-            raise InvalidCheckpoint(f"{where} holds state for parameter {key!r}, which no group lists")
-        untrusted.mapping(entry, f"{where}['state'][{key!r}]")
-
-
 # -- RNG states ----------------------------------------------------------------------------------------------
 
 def _rng_state() -> dict:
@@ -228,26 +204,6 @@ def _rng_state() -> dict:
     return state
 
 
-def check_rng(state, where: str = "the RNG states") -> None:
-    """The states _rng_state() saves (and a loader's generators'), each of the length this torch uses."""
-    state = untrusted.mapping(state, where)
-    untrusted.python_rng(state.get("python"), f"{where}' Python state")
-    untrusted.numpy_rng(state.get("numpy"), f"{where}' NumPy state")
-    untrusted.vector(state.get("torch"), f"{where}' torch state", dtype=np.uint8, length=_torch_rng_size())
-    for i, cuda in enumerate(untrusted.sequence(state.get("cuda") or [], f"{where}' CUDA states")):
-        untrusted.vector(cuda, f"{where}' CUDA state {i}", dtype=np.uint8)
-    check_generators(state.get("generators"), f"{where}' loader generators")
-
-
-def check_generators(saved, where: str) -> None:
-    for i, g in enumerate(untrusted.sequence(saved or [], where)):
-        untrusted.vector(g, f"{where}[{i}]", dtype=np.uint8, length=_torch_rng_size())
-
-
-def _torch_rng_size() -> int:
-    return torch.get_rng_state().numel()   # a torch.Generator's state on the CPU: the same size
-
-
 def _set_rng(state: dict):
     random.setstate(untrusted.python_rng(state["python"]))
     np.random.set_state(untrusted.numpy_rng(state["numpy"]))
@@ -255,67 +211,3 @@ def _set_rng(state: dict):
     if state.get("cuda") and torch.cuda.is_available():
         for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):
             torch.cuda.set_rng_state(torch.from_numpy(np.array(s, dtype=np.uint8)), i)
-
-
-# -- the loader's position and shuffle order -----------------------------------------------------------------
-
-def _loader_generators(loader) -> list:
-    """The torch.Generators that decide a DataLoader's shuffle order and worker seeds (its own, its sampler's),
-    each once."""
-    found = []
-    for owner in (loader, getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None),
-                                                                   "sampler", None)):
-        g = getattr(owner, "generator", None)
-        if isinstance(g, torch.Generator) and all(g is not other for other in found):
-            found.append(g)
-    return found
-
-
-def _epoch_start_state(generators) -> dict:
-    """What a DataLoader draws from when an epoch's iterator starts: the global torch RNG (the workers' base
-    seed and RandomSampler's permutation without a generator of their own) and the loader's generators."""
-    return {"torch": torch.get_rng_state().numpy().copy(),
-            "generators": [g.get_state().numpy().copy() for g in generators]}
-
-
-def _set_epoch_start(state: dict, generators) -> None:
-    torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
-    _set_generators(state.get("generators") or [], generators)
-
-
-def _set_generators(saved: list, generators) -> None:
-    if len(saved) != len(generators):
-        log.warning("colabkit: the DataLoader has %d generators and the checkpoint %d; its shuffle order is not "
-                    "the saved one", len(generators), len(saved))
-        return
-    for g, s in zip(generators, saved):
-        g.set_state(torch.from_numpy(np.array(s, dtype=np.uint8)))
-
-
-def _stateful(loader) -> bool:
-    """A loader that saves and restores its own position (torchdata's StatefulDataLoader, or one like it)."""
-    return isinstance(loader, torch.utils.data.DataLoader) and callable(getattr(loader, "state_dict", None)) \
-        and callable(getattr(loader, "load_state_dict", None))
-
-
-def _positionable(loader) -> bool:
-    """Whether skipping k batches reaches the same position: a map-style DataLoader, or a re-iterable sized
-    collection (a fresh iterator starts from its first batch each time)."""
-    if isinstance(loader, torch.utils.data.DataLoader):
-        return not isinstance(loader.dataset, torch.utils.data.IterableDataset)
-    return hasattr(loader, "__len__") and iter(loader) is not loader
-
-
-def _skip(iterator, k: int) -> None:
-    """Advance ``iterator`` past ``k`` batches. A single-process DataLoader skips their indices without
-    loading them; with workers, each worker must load its batches again so that its RNG advances as it did."""
-    next_index = getattr(iterator, "_next_index", None)
-    single = type(iterator).__name__ == "_SingleProcessDataLoaderIter" and callable(next_index)
-    for _ in range(k):
-        try:
-            if single:
-                next_index()
-            else:
-                next(iterator)
-        except StopIteration:
-            return

@@ -155,14 +155,19 @@ def worker(mode, spec):
                 restored_step=auto.restored.step, unwrapped_after_failure=unwrapped,
                 train_function_restored=model.train_function is keras_train_function)
     elif mode == "double":    # a second SIGINT while the interrupt's final save runs
-        save = auto.checkpoints.save
+        save = auto.checkpoints.save_snapshot
 
-        def save_and_interrupt_again(*args, **kw):
-            if (kw.get("info") or {}).get("reason") == "SIGINT received":
+        def save_and_interrupt_again(step, specs, fill, **kw):
+            if (kw.get("info") or {}).get("reason") != "SIGINT received":
+                return save(step, specs, fill, **kw)
+
+            def fill_then_interrupt(buffers):   # the snapshot is taken, its buffers held: the save runs
+                state = fill(buffers)
                 os.kill(os.getpid(), signal.SIGINT)
-            return save(*args, **kw)
+                return state
+            return save(step, specs, fill_then_interrupt, **kw)
 
-        auto.checkpoints.save = save_and_interrupt_again
+        auto.checkpoints.save_snapshot = save_and_interrupt_again
         try:
             fit([[1, 3, "SIGINT"]])
         except KeyboardInterrupt as exc:
