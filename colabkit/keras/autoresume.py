@@ -133,6 +133,10 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         self.margin_floor = schedule.margin_floor(deadline_margin)
         watch_for(deadline, started_at=time.time())  # validate the deadline now, not when fit() starts
         self._checkpoint_args = dict(keep=keep, keep_every=keep_every, local_dir=local_dir, resume_from=resume_from)
+        if not (monitor in (False, None, True) or isinstance(monitor, (Monitor, dict))):
+            # refused before the store opens, so a typo leaves nothing open
+            raise TypeError(f"AutoResume(monitor={monitor!r}): expected True, False, a dict of "
+                            f"colabkit.keras.Monitor options or a colabkit.keras.Monitor.")
         self.checkpoints = Checkpoints(directory, **self._checkpoint_args)
         self._checkpoints_closed = False   # delete_checkpoint closed them: the next fit() opens new ones
         self.monitor = self._make_monitor(monitor)
@@ -155,11 +159,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             return monitor
         if monitor is True:
             options = {}
-        elif isinstance(monitor, dict):
-            options = dict(monitor)
         else:
-            raise TypeError(f"AutoResume(monitor={monitor!r}): expected True, False, a dict of "
-                            f"colabkit.keras.Monitor options or a colabkit.keras.Monitor.")
+            options = dict(monitor)
         if "directory" not in options and not os.environ.get("COLABKIT_RUN_DIR"):
             options["directory"] = self.checkpoints.local.path / "health"   # hang dumps beside the checkpoints
         return Monitor(**options)
@@ -396,6 +397,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         finally:
             self._restore_signal_handlers()
             self._input.detach()
+            self._input = UNTRACKED   # it holds fit()'s iterator: nothing of a finished fit() stays alive
         if not self._hooked_run:
             self._deliver_interrupt()
 

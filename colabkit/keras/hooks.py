@@ -16,6 +16,7 @@ import sys
 
 from ..optional import require
 from . import frames
+from .tfdata import UNTRACKED
 
 keras = require("keras", "tf", "colabkit.keras.AutoResume")
 
@@ -174,6 +175,7 @@ class FitHooks:
         finally:
             self._restore_signal_handlers()
             self._input.detach()
+            self._input = UNTRACKED   # it holds fit()'s iterator: nothing of a finished fit() stays alive
 
     # -- the train function -----------------------------------------------------------------------------------
     def _wrap_train_function(self, skip_batches: int):

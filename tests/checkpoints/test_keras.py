@@ -537,3 +537,28 @@ def test_the_next_fit_works_after_one_left_by_an_exception_no_hook_sees(tmp_path
     assert auto.restored.step == 12 and int(counter.count.numpy()) == 24
     assert CheckpointFolder(tmp_path / "run").committed()[-1].step == 24
     assert getattr(model.train_function, "_colabkit_original", None) is None
+
+
+@pytest.mark.parametrize("ends", ["returns", "raises"])
+def test_after_fit_nothing_it_was_given_stays_alive(tmp_path, ck_env, ends):
+    """Once fit() is over (normally or by an exception), the data it was given is freed as it is without
+    AutoResume: a tf.data pipeline kept alive to interpreter exit can deadlock Python 3.10's shutdown."""
+    import gc
+    import weakref
+
+    import tensorflow as tf
+    x, y = workers.data(np)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    freed = weakref.ref(data)
+    model, _ = workers.build_model(keras)
+    auto = colabkit.keras.AutoResume(str(tmp_path / "run"), deadline=None, save_freq=2, verbose=0)
+    callbacks = [auto] if ends == "returns" else [auto, AtBatch(3, lambda m: 1 / 0)]
+    if ends == "returns":
+        model.fit(data, epochs=1, verbose=0, callbacks=callbacks)
+    else:
+        with pytest.raises(ZeroDivisionError):
+            model.fit(data, epochs=1, verbose=0, callbacks=callbacks)
+    del data, callbacks
+    gc.collect()
+    assert freed() is None
+    assert CheckpointFolder(tmp_path / "run").committed(), "and it saved"

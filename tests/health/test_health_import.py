@@ -78,3 +78,20 @@ def test_monitor_magic_and_status_row_in_a_terminal_shell(capsys):
     finally:
         shell.run_cell("%unload_ext colabkit")
         InteractiveShell.clear_instance()
+
+
+def test_a_refused_monitor_option_leaves_no_store_open(tmp_path):
+    """The status panel of the process still says no checkpoints are open after AutoResume refused its options."""
+    import subprocess
+    import sys
+
+    import pytest
+    pytest.importorskip("keras")
+    code = ("import sys, colabkit, colabkit.widgets\n"
+            "try:\n    colabkit.keras.AutoResume(sys.argv[1], monitor='yes')\n"
+            "except TypeError:\n    pass\n"
+            "print(colabkit.widgets.text())\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ck")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "none (no AutoResume or Checkpoints in this process)" in done.stdout, done.stdout
