@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import random
 import signal
 import sys
 import time
@@ -36,7 +35,7 @@ if int(keras.__version__.split(".")[0]) < 3:
     raise ImportError(f"colabkit.keras.AutoResume needs Keras 3 (TensorFlow 2.16 or newer); this environment has "
                       f"Keras {keras.__version__}. Upgrade with: pip install -U \"colabkit[tf]\"")
 
-from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints import rng, untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..checkpoints.buffers import SnapshotBuffers as _SnapshotBuffers, total_nbytes  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
@@ -52,7 +51,6 @@ from .state import (  # noqa: E402
     has_state_protocol,
     keras_global_seed_generator,
     own_copy,
-    python_rng_to_json,
     weights_stay_arrays,
 )
 from ..resume import schedule  # noqa: E402
@@ -230,10 +228,7 @@ class AutoResume(RunAttributes, keras.callbacks.Callback):
         return builds
 
     def _rng_state(self) -> dict:
-        state = {"python": python_rng_to_json(random.getstate())}
-        np_state = np.random.get_state()
-        state["numpy"] = {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
-                          "cached_gaussian": float(np_state[4])}
+        state = rng.global_state()
         tf = sys.modules.get("tensorflow")
         if tf is not None:
             state["tf_global_generator"] = tf.random.get_global_generator().state.numpy()
@@ -243,8 +238,7 @@ class AutoResume(RunAttributes, keras.callbacks.Callback):
         return state
 
     def _set_rng_state(self, state: dict):
-        random.setstate(untrusted.python_rng(state["python"]))
-        np.random.set_state(untrusted.numpy_rng(state["numpy"]))
+        rng.set_global_state(state)
         tf = sys.modules.get("tensorflow")
         if tf is not None and "tf_global_generator" in state:
             tf.random.get_global_generator().state.assign(state["tf_global_generator"])
@@ -587,9 +581,7 @@ class AutoResume(RunAttributes, keras.callbacks.Callback):
         self._checked = plan
 
     def _check_rng(self, saved):
-        saved = untrusted.mapping(saved, "the RNG states")
-        untrusted.python_rng(saved.get("python"))
-        untrusted.numpy_rng(saved.get("numpy"))
+        saved = rng.check_global_state(saved)
         live = self._rng_state()   # each saved state has the shape and dtype of this process's
         for name in ("tf_global_generator", "keras_global_seed"):
             if name in saved and name in live:

@@ -1,5 +1,6 @@
 """What of a Keras training state a checkpoint holds, and how it is found and copied: every variable by a
-stable path (StateLayout), host copies of variables, RNG states as JSON, and the state of other callbacks.
+stable path (StateLayout), host copies of variables, and the state of other callbacks (Python's and NumPy's RNG
+states are colabkit/checkpoints/rng.py's, as the PyTorch adapters save them).
 colabkit/keras/autoresume.py's AutoResume saves and restores with these."""
 from __future__ import annotations
 
@@ -46,11 +47,6 @@ def keras_global_seed_generator():
     except ImportError:  # pragma: no cover - other Keras layouts
         return None
     return global_state.get_global_attribute("global_seed_generator")
-
-
-def python_rng_to_json(state):
-    version, internal, gauss = state
-    return {"version": version, "internal": list(internal), "gauss": gauss}
 
 
 class StateLayout:
