@@ -326,7 +326,7 @@ def decode(tree, *, tags, source: Source | None = None, where: str = "the state"
 
 # -- the store's kinds: arrays (arrays.npz) and TensorFlow objects (tf/) ---------------------------------------
 
-def is_trackable(value) -> bool:
+def _is_trackable(value) -> bool:
     """A TensorFlow object that TensorFlow writes itself (a tf.Variable, tf.Module, Keras model, optimizer): not a
     tensor, not a container. TensorFlow is never imported here: such an object implies it is loaded."""
     tf = sys.modules.get("tensorflow")
@@ -359,7 +359,7 @@ def _decode_trackable(obj, decoding: Decoding, where: Where):
 
 register(TypeHandler(ARRAY_TAG, None, _is_array, lambda value, encoding, where: encoding.array(value, where),
                      _decode_array))
-register(TypeHandler(TRACKABLE_TAG, None, is_trackable, _encode_trackable, _decode_trackable))
+register(TypeHandler(TRACKABLE_TAG, None, _is_trackable, _encode_trackable, _decode_trackable))
 
 
 # -- value kinds: tuples, dicts of other keys, RNGs ------------------------------------------------------------
