@@ -4,30 +4,30 @@ Supported values: JSON-able values (None, bool, int, float, str, lists, dicts wi
 and scalars (and anything with ``__array__``, e.g. tensors), and TensorFlow trackables (tf.Variable,
 tf.Module, Keras models, optimizers, tf.train.Checkpoint). Files: ``arrays.npz`` (uncompressed, readable with
 np.load(allow_pickle=False); written and read in one pass by npz.py), ``state.json``, and a TensorFlow
-checkpoint under ``tf/`` for trackables. Nothing read back is ever unpickled.
+checkpoint under ``tf/`` for trackables. Nothing read back is ever unpickled. The tree is encoded and decoded by
+the state codec (codec.py) with the store's tags (arrays, trackables); this module owns the files.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from . import codec
 from . import npz as _npz
+from .codec import StateError
 from .folder import InvalidCheckpoint
 from .storage import write_bytes
+
+__all__ = ["ARRAYS", "STATE", "TF_PREFIX", "Snapshot", "StateError", "snapshot", "write_trackables", "write_data",
+           "read", "from_contents"]
 
 ARRAYS = "arrays.npz"
 STATE = "state.json"
 TF_PREFIX = "tf/ckpt"
-_ARRAY_TAG, _TRACKABLE_TAG = "__colabkit_array__", "__colabkit_trackable__"
-
-
-class StateError(ValueError):
-    """A state value colabkit cannot store, or a checkpoint whose state cannot be loaded into the given objects."""
 
 
 @dataclasses.dataclass
@@ -38,59 +38,56 @@ class Snapshot:
     trackables: dict
 
 
-def _is_trackable(value) -> bool:
-    tf = sys.modules.get("tensorflow")  # a trackable implies TensorFlow is loaded; never import it here
-    if tf is None:
-        return False
-    try:
-        return isinstance(value, tf.__internal__.tracking.Trackable)
-    except AttributeError:  # pragma: no cover - very old TF
-        return isinstance(value, (tf.Module, tf.Variable))
+class _Kept(codec.Sink):
+    """The store's side of an encoding: arrays (for arrays.npz, copied unless told not to) and trackables (for
+    TensorFlow to write, by reference); anything else is refused."""
+
+    def __init__(self, copy_arrays: bool):
+        self.copy_arrays, self.arrays, self.trackables = copy_arrays, {}, {}
+
+    def array(self, value, where):
+        array = np.array(value, copy=True) if self.copy_arrays else np.asarray(value)
+        if array.dtype == object:
+            raise StateError(f"The value at {where} is an object array, which cannot be stored without pickle; "
+                             f"convert it to a numeric or string dtype.")
+        key = f"a{len(self.arrays)}"
+        self.arrays[key] = array
+        return key
+
+    def trackable(self, value, where):
+        key = f"t{len(self.trackables)}"
+        self.trackables[key] = value
+        return key
+
+    def other(self, value, where):
+        raise StateError(f"The value at {where} has type {type(value).__name__}, which colabkit cannot store; "
+                         f"use JSON-able values, NumPy arrays or TensorFlow trackables (tf.Variable, tf.Module, "
+                         f"Keras models).")
+
+
+class _Read(codec.Source):
+    """The store's side of a decoding: arrays from arrays.npz; trackables are noted (restored afterwards)."""
+
+    def __init__(self, arrays: dict):
+        self.arrays, self.trackable_paths = arrays, {}
+
+    def array(self, key, where):
+        if not isinstance(key, str) or key not in self.arrays:
+            raise InvalidCheckpoint(f"{where} names the array {key!r}, which {ARRAYS} does not hold")
+        return self.arrays[key]
+
+    def trackable(self, key, path, where):
+        self.trackable_paths[key] = path
+        return None
 
 
 def snapshot(state: dict, *, copy_arrays: bool = True) -> Snapshot:
     """Copy ``state`` into a Snapshot. Trackables are kept by reference (TensorFlow writes them itself)."""
     if not isinstance(state, dict):
         raise StateError(f"A checkpoint's state must be a dict of name -> value, got {type(state).__name__}.")
-    arrays, trackables = {}, {}
-
-    def visit(value, where):
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-        if isinstance(value, dict):
-            out = {}
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise StateError(f"State key {key!r} at {where or 'top level'} must be a string.")
-                out[key] = visit(item, f"{where}/{key}" if where else key)
-            return out
-        if isinstance(value, (list, tuple)):
-            return [visit(item, f"{where}[{i}]") for i, item in enumerate(value)]
-        if _is_trackable(value) and not _looks_like_tensor(value):
-            key = f"t{len(trackables)}"
-            trackables[key] = value
-            return {_TRACKABLE_TAG: key, "path": where}
-        if isinstance(value, np.generic):
-            return value.item()
-        if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
-            array = np.array(value, copy=True) if copy_arrays else np.asarray(value)
-            if array.dtype == object:
-                raise StateError(f"State value {where!r} is an object array, which cannot be stored without pickle; "
-                                 f"convert it to a numeric or string dtype.")
-            key = f"a{len(arrays)}"
-            arrays[key] = array
-            return {_ARRAY_TAG: key}
-        raise StateError(f"State value {where!r} has type {type(value).__name__}, which colabkit cannot store; "
-                         f"use JSON-able values, NumPy arrays or TensorFlow trackables (tf.Variable, tf.Module, "
-                         f"Keras models).")
-
-    tree = visit(state, "")
-    return Snapshot(tree=tree, arrays=arrays, trackables=trackables)
-
-
-def _looks_like_tensor(value) -> bool:
-    # tf.Variable is trackable but reads as an array too; keep variables as trackables so they restore in place.
-    return type(value).__name__ in ("EagerTensor", "Tensor")
+    kept = _Kept(copy_arrays)
+    tree = codec.encode(state, tags=codec.STORE_TAGS, sink=kept)
+    return Snapshot(tree=tree, arrays=kept.arrays, trackables=kept.trackables)
 
 
 def write_trackables(snap: Snapshot, ckpt_dir: Path) -> None:
@@ -130,32 +127,10 @@ def from_contents(contents: dict, ckpt_dir: Path, into: dict | None = None) -> d
     doc = json.loads(bytes(contents[STATE]).decode("utf-8"))
     if not isinstance(doc, dict) or not isinstance(doc.get("tree"), dict):
         raise InvalidCheckpoint(f"{STATE} holds no state tree")
-    arrays = _npz.load(contents[ARRAYS]) if ARRAYS in contents else {}
-    trackable_paths = {}
-
-    def visit(value, where):
-        if isinstance(value, dict):
-            if _ARRAY_TAG in value:
-                key = value[_ARRAY_TAG]
-                if not isinstance(key, str) or key not in arrays:
-                    raise InvalidCheckpoint(f"{where or 'the state'} names the array {key!r}, which {ARRAYS} "
-                                            f"does not hold")
-                return arrays[key]
-            if _TRACKABLE_TAG in value:
-                key, path = value[_TRACKABLE_TAG], value.get("path")
-                if not isinstance(key, str) or not isinstance(path, str):
-                    raise InvalidCheckpoint(f"{where or 'the state'} is a TensorFlow object entry without a "
-                                            f"name and path")
-                trackable_paths[key] = path
-                return None
-            return {k: visit(v, f"{where}/{k}" if where else k) for k, v in value.items()}
-        if isinstance(value, list):
-            return [visit(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return value
-
-    state = visit(doc["tree"], "")
-    if trackable_paths and into:
-        _restore_trackables(ckpt_dir, trackable_paths, into, state)
+    source = _Read(_npz.load(contents[ARRAYS]) if ARRAYS in contents else {})
+    state = codec.decode(doc["tree"], tags=codec.STORE_TAGS, source=source)
+    if source.trackable_paths and into:
+        _restore_trackables(ckpt_dir, source.trackable_paths, into, state)
     return state
 
 

@@ -2,16 +2,13 @@
 share a link) can edit a checkpoint's files and re-sign its manifest, whose checksum proves integrity, not
 authorship. Each check raises InvalidCheckpoint naming the field, what it holds and what it must be; the
 adapters run them in ``Checkpoints.restore(check=...)``, before they change anything live, so that the store
-skips such a checkpoint with a warning and tries the previous one."""
+skips such a checkpoint with a warning and tries the previous one. RNG states are checked by rng.py, tagged values
+by the state codec's handlers (codec.py)."""
 from __future__ import annotations
-
-import random
 
 import numpy as np
 
 from .folder import InvalidCheckpoint
-
-_MT_WORDS = 624           # the Mersenne Twister's state: 624 32-bit words and a position (Python's and NumPy's)
 
 
 def invalid(where: str, value, expected: str) -> InvalidCheckpoint:
@@ -81,31 +78,3 @@ def position(restored) -> tuple[int, int]:
     return tuple(0 if value is None else whole(value, f"the manifest's {name}")
                  for name, value in (("epoch", restored.epoch), ("batch", restored.batch)))
 
-
-def python_rng(state, where: str = "the Python RNG state") -> tuple:
-    """The saved {"version", "internal", "gauss"} as random.setstate takes it."""
-    state = mapping(state, where)
-    version = state.get("version")
-    if version != random.Random.VERSION or isinstance(version, bool):
-        raise invalid(f"{where}'s version", version, str(random.Random.VERSION))
-    internal = sequence(state.get("internal"), f"{where}'s internal state")
-    if len(internal) != _MT_WORDS + 1:
-        raise invalid(f"{where}'s internal state", f"{len(internal)} numbers", f"{_MT_WORDS + 1} numbers")
-    words = tuple(whole(word, f"{where}'s internal state", high=2**32 - 1) for word in internal[:-1])
-    index = whole(internal[-1], f"{where}'s position", high=_MT_WORDS)
-    gauss = state.get("gauss")
-    return version, words + (index,), None if gauss is None else real(gauss, f"{where}'s gauss")
-
-
-def numpy_rng(state, where: str = "the NumPy RNG state") -> tuple:
-    """The saved {"keys", "pos", "has_gauss", "cached_gaussian"} as np.random.set_state takes it."""
-    state = mapping(state, where)
-    keys = state.get("keys")
-    if isinstance(keys, list):   # an earlier colabkit wrote them as JSON
-        if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 2**32 for k in keys):
-            raise invalid(f"{where}'s keys", keys, "624 whole numbers under 2**32")
-        keys = np.asarray(keys, dtype=np.uint32)
-    keys = vector(keys, f"{where}'s keys", dtype=np.uint32, length=_MT_WORDS)
-    return ("MT19937", keys.copy(), whole(state.get("pos"), f"{where}'s position", high=_MT_WORDS),
-            whole(state.get("has_gauss"), f"{where}'s has_gauss", high=1),
-            real(state.get("cached_gaussian"), f"{where}'s cached_gaussian"))

@@ -9,12 +9,11 @@ as that step would, so that their saved state has variables to go into.
 from __future__ import annotations
 
 import logging
-import random
 import sys
 
 import numpy as np
 
-from ..checkpoints import untrusted
+from ..checkpoints import rng, untrusted
 from ..checkpoints.api import CheckpointError
 from . import callbacks as other_callbacks
 from .frames import epoch_iterator
@@ -69,9 +68,7 @@ def check(restored, *, model, variables, directory, callbacks, fit_frame) -> lis
 
 
 def check_rng(saved) -> None:
-    saved = untrusted.mapping(saved, "the RNG states")
-    untrusted.python_rng(saved.get("python"))
-    untrusted.numpy_rng(saved.get("numpy"))
+    saved = rng.check_global_state(saved)
     live = rng_state()   # each saved state has the shape and dtype of this process's
     for name in ("tf_global_generator", "keras_global_seed"):
         if name in saved and name in live:
@@ -91,8 +88,7 @@ def assign(plan, state: dict) -> None:
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(untrusted.python_rng(state["python"]))
-    np.random.set_state(untrusted.numpy_rng(state["numpy"]))
+    rng.set_global_state(state)
     tf = sys.modules.get("tensorflow")
     if tf is not None and "tf_global_generator" in state:
         tf.random.get_global_generator().state.assign(state["tf_global_generator"])

@@ -4,11 +4,11 @@ Keras' own callbacks hold theirs. colabkit/keras/autoresume.py's AutoResume save
 callbacks.py put them back."""
 from __future__ import annotations
 
-import random
 import sys
 
 import numpy as np
 
+from ..checkpoints import rng
 from ..optional import require
 
 keras = require("keras", "tf", "colabkit.keras.AutoResume")
@@ -52,18 +52,10 @@ def keras_global_seed_generator():
     return global_state.get_global_attribute("global_seed_generator")
 
 
-def python_rng_to_json(state):
-    version, internal, gauss = state
-    return {"version": version, "internal": list(internal), "gauss": gauss}
-
-
 def rng_state() -> dict:
     """The global RNG states a checkpoint holds: Python's, NumPy's, TensorFlow's global generator (when
     TensorFlow is loaded) and Keras' global seed generator (when there is one)."""
-    state = {"python": python_rng_to_json(random.getstate())}
-    np_state = np.random.get_state()
-    state["numpy"] = {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
-                      "cached_gaussian": float(np_state[4])}
+    state = rng.global_state()
     tf = sys.modules.get("tensorflow")
     if tf is not None:
         state["tf_global_generator"] = tf.random.get_global_generator().state.numpy()

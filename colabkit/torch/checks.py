@@ -11,7 +11,7 @@ from ..optional import require
 
 torch = require("torch", "torch", "colabkit.torch")
 
-from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints import rng, untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError  # noqa: E402
 from ..checkpoints.folder import InvalidCheckpoint  # noqa: E402
 from ..units import DURATION_FORMS, parse_duration  # noqa: E402
@@ -122,9 +122,7 @@ def check_optimizer_state(saved, where: str) -> None:
 
 def check_rng(state, where: str = "the RNG states") -> None:
     """The states _rng_state() saves (and a loader's generators'), each of the length this torch uses."""
-    state = untrusted.mapping(state, where)
-    untrusted.python_rng(state.get("python"), f"{where}' Python state")
-    untrusted.numpy_rng(state.get("numpy"), f"{where}' NumPy state")
+    state = rng.check_global_state(state, where)
     untrusted.vector(state.get("torch"), f"{where}' torch state", dtype=np.uint8, length=_torch_rng_size())
     for i, cuda in enumerate(untrusted.sequence(state.get("cuda") or [], f"{where}' CUDA states")):
         untrusted.vector(cuda, f"{where}' CUDA state {i}", dtype=np.uint8)

@@ -3,10 +3,12 @@ into the store's reused host buffers, see Checkpoints.save_snapshot), decoded ba
 and the RNG states of torch, CUDA, NumPy and Python. Shared by `colabkit.torch` (AutoResume for plain loops) and
 `colabkit.torch_lightning` (Lightning's CheckpointIO and callback). What is refused is in checks.py, where a
 DataLoader stands in loader.py.
+
+The state dicts go through the state codec (colabkit/checkpoints/codec.py): importing this module registers the
+torch kinds there (tensors, dtypes, devices); tuples, dicts with other keys and RNG objects are the codec's own.
+The RNG states of Python and NumPy are those of colabkit/checkpoints/rng.py, as the Keras adapter saves them.
 """
 from __future__ import annotations
-
-import random
 
 import numpy as np
 
@@ -14,12 +16,11 @@ from ..optional import require
 
 torch = require("torch", "torch", "colabkit.torch")
 
-from ..checkpoints import untrusted  # noqa: E402
+from ..checkpoints import codec, rng, untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError  # noqa: E402
 from ..checkpoints.folder import InvalidCheckpoint  # noqa: E402
 
 FORMAT = "colabkit.torch/1"          # the state colabkit.torch.AutoResume saves (Lightning's has its own)
-_TAG = "__colabkit_torch__"          # marks encoded values in the JSON tree: tensors, tuples, non-str-key dicts
 # dtypes NumPy has no equivalent for: stored as raw integers of the same width, the dtype named beside them
 _RAW_VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "float8_e4m3fnuz": "uint8",
              "float8_e5m2fnuz": "uint8", "float8_e8m0fnu": "uint8", "float4_e2m1fn_x2": "uint8",
@@ -29,7 +30,6 @@ _DTYPES = {name: getattr(torch, name) for name in (
     "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32", "int64", "int32", "int16",
     "int8", "uint64", "uint32", "uint16", "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
     "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2") if isinstance(getattr(torch, name, None), torch.dtype)}
-_KEY_TYPES = (str, int, float, bool, type(None))
 
 
 class Stopped(Exception):
@@ -98,91 +98,66 @@ def _fill(tree, buffers):
     return tree
 
 
+def _host_copy(tensor) -> np.ndarray:
+    buffer = np.empty(tuple(tensor.shape), _host_dtype(tensor))
+    _copy_into(buffer, tensor)
+    return buffer
+
+
+class _Deferred(codec.Sink):
+    """An adapter's side of an encoding whose tensors are copied later, into reused host buffers: each tensor is
+    appended to ``tensors`` and stands as a slot for its host copy (filled in by _fill); arrays are copied now
+    (the store writes them after training goes on)."""
+
+    def __init__(self, tensors: list):
+        self.tensors = tensors
+
+    def leave(self, value, where, host=None):
+        if isinstance(value, torch.Tensor):
+            self.tensors.append(value)
+            return _Slot(len(self.tensors) - 1)
+        return super().leave(value, where, host)
+
+
 def _encode(value, tensors: list):
-    """A state dict as the store's tree: each tensor is appended to ``tensors`` and stands as a slot for its
-    host copy (its dtype beside it); tuples and dicts with non-string keys are tagged so that they come back
-    as they were."""
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
-        return {_TAG: "tensor", "dtype": str(value.dtype).removeprefix("torch."), "data": _Slot(len(tensors) - 1)}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) and k != _TAG for k in value):
-            return {k: _encode(v, tensors) for k, v in value.items()}
-        items = []
-        for k, v in value.items():
-            if not isinstance(k, (str, int, float, bool)) and k is not None:
-                raise CheckpointError(f"a state_dict key {k!r} ({type(k).__name__}) cannot be stored; use "
-                                      f"strings or numbers as keys.")
-            items.append([k, _encode(v, tensors)])
-        return {_TAG: "dict", "items": items}
-    if isinstance(value, tuple):
-        return {_TAG: "tuple", "items": [_encode(v, tensors) for v in value]}
-    if isinstance(value, list):
-        return [_encode(v, tensors) for v in value]
-    if isinstance(value, (torch.dtype, torch.device)):
-        return {_TAG: type(value).__name__, "name": str(value)}
-    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and not isinstance(value, np.generic)):
-        return np.array(value, copy=True)   # a copy now: the write runs in the background, after training goes on
-    return value
+    """A state dict as the store's tree (the state codec with the adapters' tags): each tensor is appended to
+    ``tensors`` and stands as a slot for its host copy (its dtype beside it); tuples and dicts with non-string
+    keys are tagged so that they come back as they were."""
+    return _encoded(value, _Deferred(tensors))
 
 
 def _encode_small(value):
     """A small state dict (a loader's position) as the store's tree, each tensor copied to a host array now."""
-    tensors = []
-    tree = _encode(value, tensors)
-    arrays = []
-    for t in tensors:
-        buffer = np.empty(tuple(t.shape), _host_dtype(t))
-        _copy_into(buffer, t)
-        arrays.append(buffer)
-    return _fill(tree, arrays)
+    return _encoded(value, codec.Sink())
+
+
+def _encoded(value, sink):
+    try:
+        return codec.encode(value, tags=codec.VALUE_TAGS, sink=sink)
+    except codec.StateError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def _decode(value, where: str = "the state"):
     """The tree written by _encode, back: tensors, tuples, dicts with other keys, dtypes, devices. The tree
     is untrusted: a tag it does not know, a dtype outside _DTYPES or data that disagree with their dtype
     raise InvalidCheckpoint naming where."""
-    if isinstance(value, dict):
-        kind = value.get(_TAG)
-        if kind is None:
-            return {k: _decode(v, f"{where}[{k!r}]") for k, v in value.items()}
-        if kind == "tensor":
-            return _decode_tensor(value, where)
-        if kind in ("dict", "tuple"):
-            items = untrusted.sequence(value.get("items"), f"{where}'s items")
-            if kind == "tuple":
-                return tuple(_decode(v, f"{where}[{i}]") for i, v in enumerate(items))
-            pairs = {}
-            for i, item in enumerate(items):
-                if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], _KEY_TYPES):
-                    raise untrusted.invalid(f"{where}'s item {i}", item, "a [key, value] pair")
-                pairs[item[0]] = _decode(item[1], f"{where}[{item[0]!r}]")
-            return pairs
-        if kind == "dtype":
-            return _dtype(value.get("name"), where)
-        if kind == "device":
-            name = value.get("name")
-            try:
-                return torch.device(name)
-            except (RuntimeError, TypeError, ValueError):
-                raise untrusted.invalid(where, name, "a torch device") from None
-        raise InvalidCheckpoint(f"{where} is tagged {kind!r}, which colabkit does not write")
-    if isinstance(value, list):
-        return [_decode(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    return value
+    return codec.decode(value, tags=codec.VALUE_TAGS, where=where)
 
 
-def _dtype(name, where):
-    name = name.removeprefix("torch.") if isinstance(name, str) else name
-    if name not in _DTYPES:
-        raise untrusted.invalid(f"{where}'s dtype", name, "a torch dtype")
-    return _DTYPES[name]
+# -- the torch kinds of the state codec (registered on import: `import colabkit` imports no torch) --------------
+
+def _encode_tensor(value, encoding, where):
+    return {codec.VALUE_TAG: "tensor", "dtype": str(value.dtype).removeprefix("torch."),
+            "data": encoding.array(value, where, host=_host_copy)}
 
 
-def _decode_tensor(value, where):
-    dtype = _dtype(value.get("dtype"), where)
+def _decode_tensor(obj, decoding, where):
+    dtype = _dtype(obj.get("dtype"), where)
     name = str(dtype).removeprefix("torch.")
-    data = untrusted.numeric_array(value.get("data"), f"{where}'s data")
+    data = decoding.decode(obj.get("data"), where / "data")
+    if not isinstance(data, np.ndarray) or data.dtype.kind not in "biufc":   # (the message is made only then)
+        untrusted.numeric_array(data, f"{where}'s data")
     stored = np.dtype(_RAW_VIEW.get(name, name))
     if data.dtype != stored:
         raise InvalidCheckpoint(f"{where} is a tensor of {name} whose data are {data.dtype}, not {stored}")
@@ -190,23 +165,47 @@ def _decode_tensor(value, where):
     return tensor.view(dtype) if name in _RAW_VIEW else tensor
 
 
+def _dtype(name, where):
+    name = name.removeprefix("torch.") if isinstance(name, str) else name
+    if not isinstance(name, str) or name not in _DTYPES:   # a list read from JSON is not even hashable
+        raise untrusted.invalid(f"{where}'s dtype", name, "a torch dtype")
+    return _DTYPES[name]
+
+
+def _decode_device(obj, decoding, where):
+    name = obj.get("name")
+    if not isinstance(name, str):
+        raise untrusted.invalid(where, name, "a torch device")
+    try:
+        return torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise untrusted.invalid(where, name, "a torch device") from None
+
+
+def _named(kind):
+    return lambda value, encoding, where: {codec.VALUE_TAG: kind, "name": str(value)}
+
+
+codec.register(codec.TypeHandler(codec.VALUE_TAG, "tensor", None, _encode_tensor, _decode_tensor,
+                                 types=torch.Tensor))
+codec.register(codec.TypeHandler(codec.VALUE_TAG, "dtype", None, _named("dtype"),
+                                 lambda obj, decoding, where: _dtype(obj.get("name"), where), types=torch.dtype))
+codec.register(codec.TypeHandler(codec.VALUE_TAG, "device", None, _named("device"), _decode_device,
+                                 types=torch.device))
+
+
 # -- RNG states ----------------------------------------------------------------------------------------------
 
 def _rng_state() -> dict:
-    version, internal, gauss = random.getstate()
-    np_state = np.random.get_state()
-    state = {"python": {"version": version, "internal": list(internal), "gauss": gauss},
-             "numpy": {"keys": np_state[1], "pos": int(np_state[2]), "has_gauss": int(np_state[3]),
-                       "cached_gaussian": float(np_state[4])},
-             "torch": torch.get_rng_state().numpy().copy()}
+    state = rng.global_state()
+    state["torch"] = torch.get_rng_state().numpy().copy()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = [s.numpy().copy() for s in torch.cuda.get_rng_state_all()]
     return state
 
 
 def _set_rng(state: dict):
-    random.setstate(untrusted.python_rng(state["python"]))
-    np.random.set_state(untrusted.numpy_rng(state["numpy"]))
+    rng.set_global_state(state)
     torch.set_rng_state(torch.from_numpy(np.array(state["torch"], dtype=np.uint8)))
     if state.get("cuda") and torch.cuda.is_available():
         for i, s in enumerate(state["cuda"][:torch.cuda.device_count()]):

@@ -30,3 +30,31 @@ def run_worker(args, env, **kw):
     import subprocess
     return subprocess.run([sys.executable, str(HERE / "workers.py"), *map(str, args)], env=env,
                           capture_output=True, text=True, **kw)
+
+
+# the last commit before the state codec (colabkit/checkpoints/codec.py): checkpoints it writes must restore
+BEFORE_CODEC = "6775974"
+
+
+@pytest.fixture(scope="session")
+def old_colabkit(tmp_path_factory):
+    """The colabkit package as commit BEFORE_CODEC had it, taken from this clone's history with git archive (the
+    repository is only read): a folder to put on a subprocess's PYTHONPATH. Skips where that history is not at
+    hand (a source archive, a shallow clone)."""
+    import io
+    import subprocess
+    import tarfile
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", BEFORE_CODEC, "colabkit"],
+                              capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"git cannot read commit {BEFORE_CODEC}: {exc}")
+    if done.returncode != 0:
+        pytest.skip(f"commit {BEFORE_CODEC} is not in this clone: {done.stderr.decode(errors='replace').strip()}")
+    root = tmp_path_factory.mktemp(f"colabkit-{BEFORE_CODEC}")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(root, filter="data")
+        else:  # pragma: no cover - Python before 3.10.12
+            tar.extractall(root)   # our own repository's archive
+    return root
