@@ -81,6 +81,14 @@ def test_no_extra_replaces_a_framework_colab_preinstalls(colab_like_env):
     assert "ray" in brought["cluster"] and "pydrive2" not in brought["drive"]   # Colab's own pydrive2 is kept
 
 
+def test_the_wheel_carries_its_package_data(colab_like_env):
+    """What the package reads from its own files at run time (the keep-alive page script) is in the wheel."""
+    import zipfile
+    _, wheel, _ = colab_like_env
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "colabkit/keepalive_page.js" in names and "colabkit/keepalive_page.py" in names
+
+
 def test_ci_pins_live_in_the_constraints_file_not_in_the_extras():
     """The extras users install declare ranges; the exact versions CI tests are pinned by .ci/constraints.txt,
     which the README's test command passes to pip."""
