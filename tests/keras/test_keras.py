@@ -17,7 +17,7 @@ keras = pytest.importorskip("keras")
 import colabkit  # noqa: E402
 from colabkit.checkpoints.folder import CheckpointFolder  # noqa: E402
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent.parent / "checkpoints"   # workers.py, shared with test_kill.py
 _spec = importlib.util.spec_from_file_location("ck_workers", HERE / "workers.py")
 workers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(workers)

@@ -20,7 +20,7 @@ import pytest
 keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent.parent / "checkpoints"   # workers.py, shared with test_kill.py
 SAMPLES, BATCH = 160, 8            # 20 batches an epoch
 BATCHES = SAMPLES // BATCH
 

@@ -20,7 +20,7 @@ import pytest
 keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent.parent / "checkpoints"   # workers.py, shared with test_kill.py
 BATCHES = 12   # 96 samples in batches of 8 (workers.data)
 
 

@@ -16,8 +16,9 @@ from colabkit.checkpoints import rng
 
 
 def _sibling(name):
-    """A test module beside this one (tests/checkpoints is no package), for its helpers."""
-    spec = importlib.util.spec_from_file_location(f"ck_{name}", Path(__file__).parent / f"{name}.py")
+    """A test module of tests/checkpoints (no package), for its helpers."""
+    path = Path(__file__).resolve().parent.parent / "checkpoints" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"ck_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
