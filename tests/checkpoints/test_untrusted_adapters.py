@@ -48,9 +48,10 @@ def resign(ckpt_dir, mutate=None, *, files=None):
     return path.name
 
 
-def _sibling(name):
-    """A test module beside this one (tests/checkpoints is no package), for its model builders."""
-    spec = importlib.util.spec_from_file_location(f"ck_{name}", Path(__file__).parent / f"{name}.py")
+def _sibling(name, folder="checkpoints"):
+    """A test module of tests/FOLDER (tests/ is no package), for its model builders."""
+    path = Path(__file__).resolve().parent.parent / folder / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"ck_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -313,7 +314,7 @@ def test_lightning_skips_an_invalid_checkpoint_and_resumes_the_previous_one(tmp_
     torch = pytest.importorskip("torch")
     L = pytest.importorskip("lightning")
     import colabkit
-    lit = _sibling("test_lightning_resume")
+    lit = _sibling("test_lightning_resume", "torch")
     _build, _trainer = lit._build, lit._trainer
 
     dest = tmp_path / "run"
@@ -345,7 +346,7 @@ def test_lightning_checkpoint_of_another_model_is_refused_and_changes_nothing(tm
     torch = pytest.importorskip("torch")
     pytest.importorskip("lightning")
     import colabkit
-    lit = _sibling("test_lightning_resume")
+    lit = _sibling("test_lightning_resume", "torch")
     _build, _trainer = lit._build, lit._trainer
 
     dest = tmp_path / "run"
