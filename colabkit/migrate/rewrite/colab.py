@@ -59,6 +59,18 @@ def qualname(ctx, node):
     return (qual, node.id) if is_colab(qual) else (None, None)
 
 
+def dotted(node) -> str:
+    """The text of a name or attribute chain ("os.path.ismount"); "" for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(parts[::-1])
+    return ""
+
+
 def guards(work):
     """Regions the notebook already runs only on Colab (or only elsewhere), and its top-level "import colabkit"."""
     for node in ast.walk(work.code.tree):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from .calls import guard_statement
+from .colab import dotted
 
 CONDACOLAB_MANUAL = ("condacolab installs conda into Colab's Python and restarts the runtime; on this machine start "
                      "Jupyter from a conda (or mamba) environment that has the packages this notebook installs with "
@@ -96,7 +97,7 @@ def colab_env(ctx, work, tree):
     if not ctx.on("CK312") or "COLAB_" not in work.source:
         return
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _dotted(node.value) in _ENVIRON
+        if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and dotted(node.value) in _ENVIRON
                 and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
                 and node.slice.value.startswith("COLAB_")):
             continue
@@ -120,7 +121,7 @@ def _protected(work, node) -> bool:
                 any(_about_colab(v) for v in parent.values[:parent.values.index(child)]):
             return True
         if isinstance(parent, ast.Try) and child in parent.body and any(
-                h.type is None or any(_dotted(t) in _KEY_ERRORS for t in
+                h.type is None or any(dotted(t) in _KEY_ERRORS for t in
                                       (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]))
                 for h in parent.handlers):
             return True
@@ -138,14 +139,3 @@ def _about_colab(expr) -> bool:
         if isinstance(node, ast.Attribute) and "colab" in node.attr.lower():
             return True
     return False
-
-
-def _dotted(node) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(parts[::-1])
-    return ""

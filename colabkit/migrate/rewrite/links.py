@@ -21,6 +21,7 @@ import re
 from ...portable import ColabPath, classify_colab_path
 from ..shell import split_words
 from .calls import guard_statement
+from .colab import dotted
 
 # Root folders a notebook links into for what some program expects there: reported, not rewritten.
 SYSTEM_DIRS = frozenset({"bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "media", "mnt", "opt", "proc",
@@ -75,7 +76,7 @@ def collect(ctx, works):
                 _add(ctx, work.index, esc.line, _ln_args(esc.arg))
         if work.code.tree is not None and "symlink" in work.source:
             for node in ast.walk(work.code.tree):
-                if isinstance(node, ast.Call) and _dotted(node.func) in ("os.symlink", "symlink") and \
+                if isinstance(node, ast.Call) and dotted(node.func) in ("os.symlink", "symlink") and \
                         len(node.args) == 2 and not node.keywords and \
                         all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args):
                     _add(ctx, work.index, node.lineno - 1, (node.args[0].value, node.args[1].value))
@@ -129,7 +130,7 @@ def link_finding(ctx, work, line, link, target, handled):
 
 def symlink(ctx, work, node):
     """os.symlink('/content/drive/MyDrive', '/mydrive') making a root link: the statement runs only on Colab."""
-    link = site(ctx, work, node.lineno - 1) if _dotted(node.func) in ("os.symlink", "symlink") else None
+    link = site(ctx, work, node.lineno - 1) if dotted(node.func) in ("os.symlink", "symlink") else None
     if link is None or not ctx.on("CK109") or work.is_guarded(work.start(node)):
         return
     path, target, handled = link
@@ -144,14 +145,3 @@ def symlink(ctx, work, node):
     else:
         found.applied = False
         found.manual = "put this statement under 'if colabkit.on_colab():' by hand"
-
-
-def _dotted(node) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(parts[::-1])
-    return ""

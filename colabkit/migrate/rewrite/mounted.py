@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 
+from .colab import dotted
+
 # Calls whose first argument is tested for existence.
 EXISTS_CALLS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists", "os.path.ismount", "path.exists",
                           "path.isdir", "path.lexists", "path.ismount", "exists", "isdir", "lexists", "ismount"})
@@ -58,7 +60,7 @@ def _test_of(work, node, parent, found):
     """(the expression that tests the mount point, whether it asks 'not mounted') or None."""
     if not isinstance(parent, ast.Call) or parent.keywords or len(parent.args) != 1 or parent.args[0] is not node:
         return None
-    func = _dotted(parent.func)
+    func = dotted(parent.func)
     if found.kind in ("mountpoint", "drive"):
         if func in EXISTS_CALLS:
             return parent, False
@@ -90,14 +92,3 @@ def is_mount_point(found) -> bool:
     """The Drive mount point itself ('/content/drive', '/content/gdrive', '/gdrive'), not a folder beside My
     Drive."""
     return found.kind == "mountpoint" and not found.rest
-
-
-def _dotted(node) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(parts[::-1])
-    return ""

@@ -10,8 +10,9 @@ from pathlib import Path
 from ...portable import classify_colab_path
 from .. import rules as R
 from . import mounted
-from .links import LinkedPath, literal_rest
+from .colab import dotted
 from .forms import FORM, form_path
+from .links import LinkedPath, literal_rest
 
 # String methods whose argument is text to match, not a place to open: '/content/...' there is text (CK108).
 _TEXT_METHODS = frozenset({"replace", "startswith", "endswith", "removeprefix", "removesuffix", "split", "rsplit",
@@ -110,7 +111,7 @@ def _literal(ctx, work, node, value, parent):
                          "f\"{colabkit.drive()}{...}\"")
         return
     chdir = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and \
-        _dotted(parent.func) in ("os.chdir", "chdir")
+        dotted(parent.func) in ("os.chdir", "chdir")
     if mounted.check(ctx, work, node, parent, found):
         return
     if mounted.is_mount_point(found):
@@ -175,7 +176,7 @@ def _display_only(work, node) -> bool:
     while current is not None and not isinstance(current, ast.Module):
         parent = work.parents.get(current)
         if isinstance(parent, ast.Call) and current is not parent.func:
-            name = _dotted(parent.func).rsplit(".", 1)[-1] or \
+            name = dotted(parent.func).rsplit(".", 1)[-1] or \
                 (parent.func.attr if isinstance(parent.func, ast.Attribute) else "")
             if name in _DISPLAY_CALLS or name.endswith(("Error", "Exception", "Warning")):
                 return True
@@ -194,7 +195,7 @@ def _as_text(ctx, work, node, parent, value, found) -> bool:
     starts with colabkit.drive() / colabkit.workdir()); the bare mount point has none: reported (CK108)."""
     method = None
     if isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Attribute) and \
-            parent.func.attr in _TEXT_METHODS and not _dotted(parent.func).startswith("os."):
+            parent.func.attr in _TEXT_METHODS and not dotted(parent.func).startswith("os."):
         method = f".{parent.func.attr}(...)"
     elif isinstance(parent, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops):
         method = "an 'in' test"
@@ -264,17 +265,6 @@ def _literal_replacement(work, node, value, found, func, parent):
     wrap = isinstance(parent, (ast.Attribute, ast.Subscript)) or (
         isinstance(parent, ast.BinOp) and not isinstance(parent.op, ast.Add))
     return f"({text})" if wrap else text
-
-
-def _dotted(node) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(parts[::-1])
-    return ""
 
 
 def _single_literal(segment: str) -> bool:
