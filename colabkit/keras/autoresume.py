@@ -395,9 +395,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             if self.checkpoints.wait(0):   # all on the destination: another run may write here now
                 self.checkpoints.release()
         finally:
-            self._restore_signal_handlers()
-            self._input.detach()
-            self._input = UNTRACKED   # it holds fit()'s iterator: nothing of a finished fit() stays alive
+            self._let_go_of_fit()
         if not self._hooked_run:
             self._deliver_interrupt()
 

@@ -173,9 +173,14 @@ class FitHooks:
             if self.checkpoints.wait(0):
                 self.checkpoints.release()
         finally:
-            self._restore_signal_handlers()
-            self._input.detach()
-            self._input = UNTRACKED   # it holds fit()'s iterator: nothing of a finished fit() stays alive
+            self._let_go_of_fit()
+
+    def _let_go_of_fit(self):
+        """At the end of a fit() (returned or raised): the signal handlers back, and the input released (it holds
+        fit()'s iterator: nothing of a finished fit() stays alive)."""
+        self._restore_signal_handlers()
+        self._input.detach()
+        self._input = UNTRACKED
 
     # -- the train function -----------------------------------------------------------------------------------
     def _wrap_train_function(self, skip_batches: int):
