@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import config as _config
 from .. import mounts as _mounts
+from . import files as _files
 from . import state as _state
 from . import writer as _writer
 from .buffers import SnapshotBuffers, total_nbytes
@@ -215,6 +216,29 @@ class Checkpoints:
             return True
         return self._waited(wait)
 
+    def save_folder(self, step: int, source, *, link: bool = True, epoch=None, batch=None, info: dict | None = None,
+                    wait: bool | float = False) -> bool:
+        """Checkpoint a folder or a file that another program wrote as ``step``: a Trainer's ``checkpoint-500``,
+        an accelerate ``save_state`` folder, a script's ``last.pt``. It is committed, verified, uploaded and
+        kept like any checkpoint, under its own name; ``restore_folder()`` brings it back. Returns once the
+        files are taken (the rest is background); ``wait`` as for ``save``.
+
+        link: hard-link the files into the staging folder where the filesystem allows it, which costs nothing
+        whatever their size. For programs that write each checkpoint's files once (a Trainer's checkpoint-N
+        folders): a file rewritten in place before the background thread has hashed it makes that save fail
+        with a warning (the previous checkpoint stays the newest), never commit a mix of two writes.
+        False: copy the files on the calling thread, each copied again if it changed during its copy (a file a
+        script rewrites in place, such as last.pt). Linked files stay shared with the program's folder in the
+        local staging copy: a later rewrite in place damages that copy, which restore then detects and skips
+        for the destination's.
+        """
+        source = _files.check_source(source)
+        # without a destination of its own, the staging folder holds the only copy: it must not share files
+        link = link and self.dest is not None
+        self._submit(step, None, files=(source, link), epoch=epoch, batch=batch, info=info, copy_arrays=False,
+                     release=None)
+        return self._waited(wait)
+
     def prepare_snapshot(self, specs) -> int:
         """Allocate the first set of snapshot buffers for ``specs`` (as ``save_snapshot`` takes them) unless one
         exists, without touching its memory: a training loop calls it before its first step, so that its first
@@ -232,8 +256,9 @@ class Checkpoints:
             return True
         return self.wait(None if wait is True else float(wait))
 
-    def _submit(self, step, state, *, epoch, batch, info, copy_arrays, release) -> None:
-        """Snapshot ``state`` and hand it to the uploader; once handed over, the uploader calls ``release``."""
+    def _submit(self, step, state, *, epoch, batch, info, copy_arrays, release, files=None) -> None:
+        """Snapshot ``state`` (or take ``files``: (source, link), see save_folder) and hand it to the uploader;
+        once handed over, the uploader calls ``release``."""
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
             raise ValueError(f"step={step!r} is invalid: pass a whole number from 0 to {MAX_STEP} (e.g. the global "
                              f"batch count; a count of samples or tokens fits too).")
@@ -253,14 +278,23 @@ class Checkpoints:
                 self.release()   # nothing was saved: the folder stays free for the run that owns it
                 raise
         started = time.monotonic()
-        snap = _state.snapshot(state, copy_arrays=copy_arrays)
         local_dir = self.local.path / new_name(step)
-        direct = self._direct and not snap.trackables   # TensorFlow writes trackables here, on this thread
+        taken = None
+        if files is None:
+            snap = _state.snapshot(state, copy_arrays=copy_arrays)
+            # TensorFlow writes trackables into the staging folder, on this thread
+            direct = self._direct and not snap.trackables
+        else:
+            direct = False   # the program's files are taken into the staging folder, on this thread
         self._uploader.reserve(local_dir.name)
         if not direct:
             try:
                 local_dir.mkdir(parents=True)
-                _state.write_trackables(snap, local_dir)
+                if files is None:
+                    _state.write_trackables(snap, local_dir)
+                else:
+                    taken = _files.take(files[0], local_dir, link=files[1])
+                    snap = _state.snapshot(taken.state())
             except BaseException:
                 try:
                     remove_tree(local_dir)
@@ -269,8 +303,12 @@ class Checkpoints:
                 raise
         self.last_snapshot_s = time.monotonic() - started
         self._seq += 1
+        if taken is None:
+            write = lambda d, s=snap: _state.write_data(s, d)  # noqa: E731
+        else:
+            write = lambda d, s=snap: {**_files.hash_linked(taken, d), **_state.write_data(s, d)}  # noqa: E731
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
-                                  info=info or {}, write=lambda d, s=snap: _state.write_data(s, d),
+                                  info=info or {}, write=write,
                                   release=release, generation=self._generation, direct=direct))
 
     def _settle_run(self, step: int) -> None:
@@ -457,6 +495,34 @@ class Checkpoints:
         finally:
             if claimed:
                 _writer.release(self.local.path, self)
+
+    def restore_folder(self, into=None, *, check=None) -> Restored | None:
+        """The newest valid checkpoint taken with ``save_folder()``, verified, or None when the folder holds none.
+
+        into: a folder to put its files in, as ``into/<name>`` (the folder or file's own name, such as
+        checkpoint-500 or last.pt); a different file or folder already there under that name is moved aside
+        to ``<name>.colabkit-replaced-N``, never deleted. None: the verified copy on local disk is used where
+        it is (read it, do not write into it). ``Restored.path`` is the restored folder or file.
+        check: as for ``restore()``. Damaged checkpoints are skipped as ``restore()`` skips them.
+        A checkpoint saved with ``save()`` rather than ``save_folder()`` raises CheckpointError.
+        """
+        def folder_check(restored):
+            if _files.recorded(restored.state) is None:
+                raise CheckpointError(
+                    f"checkpoint {restored.path.name} (step {restored.step}) in {self.location} holds a state "
+                    f"saved with save(), not files saved with save_folder(): restore it with restore().")
+            if check is not None:
+                check(restored)
+
+        restored = self.restore(check=folder_check)
+        if restored is None:
+            return None
+        entry = _files.recorded(restored.state)
+        path = restored.path / _files.FILES / entry["name"]
+        if into is not None:
+            _refuse_a_file(Path(into), f"into={into!r}")
+            path = _files.place(restored.path, entry, Path(into))
+        return dataclasses.replace(restored, path=path)
 
     def _restore(self, into, downloads, check):
         copies = self._read_with_retries(self._copies, "the list of checkpoints")

@@ -1,0 +1,177 @@
+"""Checkpoints that another program wrote: a Trainer's ``checkpoint-1500`` folder, an accelerate ``save_state``
+folder, a script's ``last.pt``. They are taken into a checkpoint as they are, under ``files/<name>``, beside a
+state.json that names them; the manifest then covers every byte like any other checkpoint.
+
+Taking them must never commit a mix of two writes. On the calling thread each file is either hard-linked into
+the staging folder (instant; the program that wrote it must not rewrite it in place, and if it does before it
+is hashed, the save is refused, not committed) or copied, with the file's identity (inode, size, mtime) read
+before and after the copy: a file rewritten during the copy is copied again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+from .manifest import sha256_file
+
+FILES = "files"                 # the program's files, under files/<name> in the checkpoint folder
+STATE_KEY = "colabkit.files"    # the state tree's record of them: {"name": ..., "kind": "folder" | "file"}
+COPY_ATTEMPTS = 5
+
+
+class SourceChanged(OSError):
+    """A file was rewritten while it was being taken: this snapshot is not consistent and is not committed."""
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+@dataclasses.dataclass
+class FilesSnapshot:
+    """What ``take`` put in a checkpoint's staging folder, and what the linked files looked like then."""
+    name: str
+    kind: str                                   # "folder" or "file"
+    linked: dict = dataclasses.field(default_factory=dict)   # name in the checkpoint -> identity when linked
+
+    def state(self) -> dict:
+        return {STATE_KEY: {"name": self.name, "kind": self.kind}}
+
+
+def check_source(source) -> Path:
+    """``source`` as a Path to an existing regular file or folder, or ValueError naming it and the fix."""
+    path = Path(source)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ValueError(f"{str(source)!r} does not exist: pass the checkpoint folder or file the training "
+                         f"wrote (for example \"outputs/checkpoint-500\" or \"last.pt\").") from None
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        raise ValueError(f"{str(source)!r} is neither a folder nor a regular file; pass the checkpoint folder or "
+                         f"file the training wrote.")
+    if not path.name or path.name in (".", ".."):
+        path = path.resolve()
+    return path
+
+
+def take(source: Path, into: Path, *, link: bool) -> FilesSnapshot:
+    """Put ``source`` (a folder or a file) into ``into / FILES / source.name``: hard links when ``link`` and the
+    filesystem allows them, copies otherwise. Symbolic links inside a folder are copied as the files they point
+    to (a checkpoint holds no links); anything that is not a regular file or folder is left out."""
+    target = into / FILES / source.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    snap = FilesSnapshot(name=source.name, kind="folder" if source.is_dir() else "file")
+    if snap.kind == "file":
+        _take_file(source, target, f"{FILES}/{snap.name}", snap, link)
+        return snap
+    for folder, dirs, files in os.walk(source, followlinks=False):
+        rel_folder = Path(folder).relative_to(source)
+        (target / rel_folder).mkdir(parents=True, exist_ok=True)
+        for name in sorted(files):
+            rel = Path(FILES, snap.name, rel_folder, name).as_posix()
+            _take_file(Path(folder, name), target / rel_folder / name, rel, snap, link)
+        dirs.sort()
+    return snap
+
+
+def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool) -> None:
+    try:
+        st = os.stat(src)
+    except FileNotFoundError:
+        raise SourceChanged(errno.ENOENT, f"{src} disappeared while the checkpoint was being taken") from None
+    if not stat.S_ISREG(st.st_mode):
+        return
+    if link and not stat.S_ISLNK(os.lstat(src).st_mode):
+        try:
+            os.link(src, dst)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+                raise
+        else:
+            snap.linked[rel] = _identity(os.stat(dst))
+            return
+    _copy_consistently(src, dst)
+
+
+def _copy_consistently(src: Path, dst: Path) -> None:
+    """Copy ``src`` so that the copy is one version of it: copied again when it changed during the copy."""
+    for attempt in range(COPY_ATTEMPTS):
+        before = _identity(os.stat(src))
+        shutil.copyfile(src, dst)
+        if _identity(os.stat(src)) == before:
+            return
+        time.sleep(0.05 * (attempt + 1))
+    raise SourceChanged(errno.EBUSY, f"{src} kept changing while it was copied ({COPY_ATTEMPTS} attempts); this "
+                                     f"checkpoint is not taken")
+
+
+def hash_linked(snap: FilesSnapshot, ckpt_dir: Path) -> dict:
+    """Hash (and fsync) the hard-linked files, then check that none was rewritten in place since it was linked:
+    {relative name: (sha256 hex, size)} for the manifest. Raises SourceChanged when one was."""
+    written = {}
+    for rel, identity in snap.linked.items():
+        path = ckpt_dir / rel
+        digest, size = sha256_file(path, fsync=True)
+        if _identity(os.stat(path)) != identity or size != identity[2]:
+            raise SourceChanged(errno.EBUSY, f"{path.name} was rewritten in place while it was being committed; "
+                                             f"this checkpoint is skipped and the previous one stays the newest")
+        written[rel] = (digest, size)
+    return written
+
+
+def recorded(state: dict) -> dict | None:
+    """The files record of a restored state, or None for a checkpoint that holds no program's files."""
+    entry = state.get(STATE_KEY) if isinstance(state, dict) else None
+    if not isinstance(entry, dict) or entry.get("kind") not in ("folder", "file"):
+        return None
+    name = entry.get("name")
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        return None
+    return entry
+
+
+def place(ckpt_path: Path, entry: dict, into: Path) -> Path:
+    """Copy a verified checkpoint's files to ``into / name``. Whatever is there already and differs is moved
+    aside to ``name.colabkit-replaced-N`` (never deleted), and the copy is renamed into place whole."""
+    source = ckpt_path / FILES / entry["name"]
+    into.mkdir(parents=True, exist_ok=True)
+    target = into / entry["name"]
+    staging = into / f".{entry['name']}.colabkit-restoring"
+    _remove(staging)
+    if entry["kind"] == "folder":
+        shutil.copytree(source, staging, symlinks=False)
+    else:
+        shutil.copyfile(source, staging)
+    if os.path.lexists(target):
+        if _same_tree(target, staging):
+            _remove(staging)
+            return target
+        n = 1
+        while os.path.lexists(into / f"{entry['name']}.colabkit-replaced-{n}"):
+            n += 1
+        os.replace(target, into / f"{entry['name']}.colabkit-replaced-{n}")
+    os.replace(staging, target)
+    return target
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    def listing(root: Path) -> dict:
+        if root.is_file():
+            return {"": sha256_file(root)}
+        return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    try:
+        return listing(a) == listing(b)
+    except OSError:
+        return False
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        path.unlink()
