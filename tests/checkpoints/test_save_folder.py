@@ -1,0 +1,154 @@
+"""Checkpoints that another program wrote (a Trainer's checkpoint-N folder, a script's last.pt), taken into the
+store with save_folder() and brought back with restore_folder(): committed whole or not at all, never a mix of
+two writes, restored on a fresh machine from the destination alone."""
+import os
+import shutil
+import types
+import warnings
+
+import pytest
+
+import colabkit
+from colabkit.checkpoints import files as files_module
+from colabkit.checkpoints.folder import CheckpointFolder
+
+
+def store(tmp_path, local="local", **kw):
+    return colabkit.Checkpoints(str(tmp_path / "dest"), local_dir=tmp_path / local, **kw)
+
+
+def trainer_folder(root, step, payload=b"w"):
+    folder = root / f"checkpoint-{step}"
+    (folder / "nested").mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(payload * 1000 + os.urandom(16))
+    (folder / "nested" / "optimizer.pt").write_bytes(os.urandom(2000))
+    (folder / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+    return folder
+
+
+def tree(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_is_committed_whole_and_a_fresh_machine_restores_it_from_the_destination(tmp_path, ck_env):
+    out = tmp_path / "out"
+    first, second = trainer_folder(out, 5), trainer_folder(out, 10)
+    expected = tree(second)
+    with store(tmp_path) as ckpt:
+        assert ckpt.restore_folder() is None
+        ckpt.save_folder(5, first, wait=True)
+        ckpt.save_folder(10, second, epoch=1, batch=3, wait=True)
+    shutil.rmtree(out)   # the Trainer rotated both away: the store's copies do not depend on them
+    shutil.rmtree(tmp_path / "local")
+    fresh = store(tmp_path, local="fresh-vm")
+    restored = fresh.restore_folder(tmp_path / "new-out")
+    assert (restored.step, restored.epoch, restored.batch, restored.source) == (10, 1, 3, "destination")
+    assert restored.path == tmp_path / "new-out" / "checkpoint-10"
+    assert tree(restored.path) == expected
+    in_place = fresh.restore_folder()   # no `into`: the verified local copy, where it is
+    assert in_place.path.name == "checkpoint-10" and tree(in_place.path) == expected
+
+
+def test_a_single_file_round_trips_under_its_own_name(tmp_path, ck_env):
+    last = tmp_path / "run" / "last.pt"
+    last.parent.mkdir()
+    last.write_bytes(b"v1" * 500)
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(3, last, link=False, wait=True)
+    restored = store(tmp_path, local="fresh").restore_folder(tmp_path / "back")
+    assert restored.path == tmp_path / "back" / "last.pt" and restored.path.read_bytes() == b"v1" * 500
+
+
+def test_a_linked_file_rewritten_in_place_before_it_is_hashed_is_never_committed(tmp_path, ck_env, monkeypatch):
+    out = tmp_path / "out"
+    good = trainer_folder(out, 1)
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(1, good, wait=True)
+    bad = trainer_folder(out, 2)
+    real_hash = files_module.sha256_file
+
+    def program_rewrites_then_hash(path, **kw):   # the program rewrites its file in place at the worst moment
+        with open(bad / "model.safetensors", "r+b") as fh:
+            fh.write(b"half of another write")
+        return real_hash(path, **kw)
+
+    monkeypatch.setattr(files_module, "sha256_file", program_rewrites_then_hash)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with store(tmp_path) as ckpt:
+            ckpt.restore_folder()
+            assert ckpt.save_folder(2, bad, wait=True) is False
+    assert any("rewritten in place" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    monkeypatch.undo()
+    assert [c.step for c in CheckpointFolder(tmp_path / "dest").committed()] == [1]
+    assert store(tmp_path, local="fresh").restore_folder().step == 1
+
+
+def test_a_file_rewritten_during_its_copy_is_copied_again_and_committed_as_one_version(tmp_path, ck_env,
+                                                                                     monkeypatch):
+    last = tmp_path / "run" / "last.pt"
+    last.parent.mkdir()
+    last.write_bytes(b"A" * 4000)
+    copies = []
+
+    def copy_while_the_script_rewrites(src, dst):
+        shutil.copyfile(src, dst)
+        if not copies:   # during the first copy the script writes its next version in place
+            with open(src, "r+b") as fh:
+                fh.write(b"B" * 4000)
+        copies.append(dst)
+
+    monkeypatch.setattr(files_module, "shutil", types.SimpleNamespace(copyfile=copy_while_the_script_rewrites,
+                                                                       copytree=shutil.copytree))
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(7, last, link=False, wait=True)
+    monkeypatch.undo()
+    assert len(copies) == 2
+    restored = store(tmp_path, local="fresh").restore_folder(tmp_path / "back")
+    assert restored.path.read_bytes() == b"B" * 4000
+
+
+def test_restoring_over_a_different_file_moves_it_aside_and_deletes_nothing(tmp_path, ck_env):
+    src = tmp_path / "src" / "last.pt"
+    src.parent.mkdir()
+    src.write_bytes(b"committed")
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(4, src, wait=True)
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    (watched / "last.pt").write_bytes(b"half-written by a run that died")
+    restored = store(tmp_path, local="fresh").restore_folder(watched)
+    assert restored.path.read_bytes() == b"committed"
+    assert (watched / "last.pt.colabkit-replaced-1").read_bytes() == b"half-written by a run that died"
+    again = store(tmp_path, local="fresh2").restore_folder(watched)   # the same content: left as it is
+    assert again.path.read_bytes() == b"committed" and not (watched / "last.pt.colabkit-replaced-2").exists()
+
+
+def test_a_damaged_folder_checkpoint_falls_back_to_the_previous_one(tmp_path, ck_env):
+    out = tmp_path / "out"
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(1, trainer_folder(out, 1), wait=True)
+        ckpt.save_folder(2, trainer_folder(out, 2), wait=True)
+    newest = max(CheckpointFolder(tmp_path / "dest").committed(), key=lambda c: c.step)
+    damaged = newest.path / "files" / "checkpoint-2" / "model.safetensors"
+    damaged.write_bytes(b"\0" * damaged.stat().st_size)
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        restored = store(tmp_path, local="fresh").restore_folder(tmp_path / "back")
+    assert restored.step == 1 and restored.path.name == "checkpoint-1"
+
+
+def test_a_store_of_save_states_is_not_mistaken_for_files(tmp_path, ck_env):
+    with store(tmp_path) as ckpt:
+        ckpt.save(1, {"lr": 0.1}, wait=True)
+    with pytest.raises(colabkit.CheckpointError, match="save_folder"):
+        store(tmp_path, local="fresh").restore_folder()
+
+
+def test_careless_sources_get_an_error_naming_them(tmp_path, ck_env):
+    with store(tmp_path) as ckpt:
+        with pytest.raises(ValueError, match="no-such-checkpoint"):
+            ckpt.save_folder(1, tmp_path / "no-such-checkpoint")
+        os.mkfifo(tmp_path / "pipe")
+        with pytest.raises(ValueError, match="neither a folder nor a regular file"):
+            ckpt.save_folder(1, tmp_path / "pipe")
+    assert CheckpointFolder(tmp_path / "dest").committed() == []
