@@ -9,8 +9,11 @@ DESCRIPTION = """\
 Rewrite Colab notebooks so they run unchanged on Colab and on your own machine: Colab-only calls become
 colabkit's portable ones (drive.mount -> colabkit.mount_drive, '/content/drive/MyDrive/x' -> colabkit.drive('x'),
 userdata.get -> colabkit.secret, !pip -> %pip, ...); what has no portable equivalent runs only on Colab or is
-reported. Only cell sources change; outputs, metadata and formatting stay byte for byte. Notebook code is never
-run. By default NAME.ipynb is written to NAME.local.ipynb and the original is left alone."""
+reported. Training the notebook does not write itself is reported with the colabkit resume that fits it: a
+transformers or TRL trainer -> colabkit.hf.AutoResume, an accelerate loop -> colabkit.hf.AccelerateResume,
+!accelerate launch train.py ... -> the line run under colabkit guard. Only cell sources change; outputs, metadata
+and formatting stay byte for byte. Notebook code is never run. By default NAME.ipynb is written to
+NAME.local.ipynb and the original is left alone."""
 
 EPILOG = """\
 exit status: 0 done (or nothing to change); 1 with --check: some notebook needs changes;

@@ -180,6 +180,27 @@ RULES = (
     Rule("CK402", "form-path", "Colab path in a form field",
          "a '#@param' field whose value is a Colab path",
          "the field is kept editable; a line after it maps the value: x = colabkit.portable_path(x)", True),
+    Rule("CK501", "training-script", "training script: run it under colabkit guard",
+         "a shell line that runs a training script writing checkpoints: !python / !python3 train*.py, "
+         "finetune*.py, !accelerate launch, !torchrun, !deepspeed, !python -m accelerate.commands.launch, or a "
+         "script given --output_dir / --save_steps / --checkpointing_steps / a resume option (also in %%bash and "
+         "%%shell cells)",
+         "reported with the line run under the guard, ready to paste: colabkit guard --watch FOLDER (from "
+         "--output_dir, --save_dir, --checkpoint_dir, --project/--name, ...) --to drive:runs/NAME --resume-arg "
+         "\"--resume_from_checkpoint={latest}\" (where the line shows the script's resume option) -- COMMAND; the "
+         "guard commits the checkpoints to Drive and relaunches the script from the last one. A %%guard cell, or "
+         "colabkit.guard.run(command, watch=..., to=..., resume_arg=...) from Python, does the same", False),
+    Rule("CK502", "hf-trainer", "transformers Trainer: resume it with colabkit.hf.AutoResume",
+         "Trainer(...) constructed, or a trainer built on it (Seq2SeqTrainer, TRL's SFTTrainer, DPOTrainer, "
+         "GRPOTrainer, ORPOTrainer, RewardTrainer, ..., a subclass the notebook defines), imported from "
+         "transformers or trl",
+         "reported with the lines to add: ar = colabkit.hf.AutoResume(\"drive:runs/NAME\", every=\"15min\"), "
+         "callbacks=[ar] in the trainer's arguments, trainer.train(resume_from_checkpoint=ar.resume_from)", False),
+    Rule("CK503", "accelerate-loop", "accelerate loop: resume it with colabkit.hf.AccelerateResume",
+         "Accelerator(...) constructed (imported from accelerate) or accelerator.save_state(...) called: a training "
+         "loop of the notebook's own on accelerate",
+         "reported, suggesting colabkit.hf.AccelerateResume (for accelerate loops: Accelerator.save_state to Drive "
+         "on a schedule, load_state on resume)", False),
 )
 
 BY_CODE = {rule.code: rule for rule in RULES}

@@ -107,7 +107,7 @@ def test_golden_set_covers_the_issue_constructs():
     expected = {"CK001", "CK002", "CK003", "CK101", "CK102", "CK103", "CK104", "CK105", "CK106", "CK107", "CK108",
                 "CK109", "CK110", "CK201", "CK202", "CK203", "CK204", "CK205", "CK206", "CK207", "CK208", "CK209",
                 "CK210", "CK301", "CK302", "CK303", "CK304", "CK305", "CK306", "CK307", "CK308", "CK309", "CK310",
-                "CK311", "CK312", "CK401", "CK402"}
+                "CK311", "CK312", "CK401", "CK402", "CK501", "CK502", "CK503"}
     assert expected == {rule.code for rule in RULES}
     assert expected <= seen, sorted(expected - seen)
 

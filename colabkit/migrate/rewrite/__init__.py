@@ -9,9 +9,10 @@ One module per rule family, each a set of functions taking the shared state (``c
 to google.colab, guarded code), ``calls`` (drive.mount and the other Colab functions), ``paths`` (Colab paths in
 Python strings), ``mounted`` ("is Drive mounted?" tests), ``links`` (links to Drive at the filesystem root and the
 paths through them), ``config_text`` (Colab paths in text written to files), ``colab_runtime`` (condacolab,
-COLAB_* variables), ``escapes`` (shell escapes and paths in command lines), ``magics``, ``forms``, ``imports``
-(each cell imports what it uses); ``edits`` applies what they decided; ``install`` adds the cell that installs
-colabkit on a fresh runtime.
+COLAB_* variables), ``escapes`` (shell escapes and paths in command lines), ``magics``, ``forms``, ``trainers``
+(training the notebook does not write: a training script, a transformers Trainer, an accelerate loop; reported
+with the colabkit resume that fits), ``imports`` (each cell imports what it uses); ``edits`` applies what they
+decided; ``install`` adds the cell that installs colabkit on a fresh runtime.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import re
 
 from .. import rules as R
 from ..cells import read_cell
-from . import calls, colab, colab_runtime, config_text, escapes, forms, imports, install, links, magics, paths
+from . import (calls, colab, colab_runtime, config_text, escapes, forms, imports, install, links, magics, paths,
+               trainers)
 from .context import CellWork, Context, indent_unit
 from .edits import CellResult, Finding, apply
 
@@ -54,8 +56,9 @@ class Rewriter:
                 colab.collect_bindings(ctx, work)
         links.collect(ctx, works)
         colab_runtime.collect(ctx, works)
+        trainers.collect(ctx, works)
         # A cell that mentions none of these has nothing any rule matches (most cells of a notebook).
-        names = "".join(f"|\\b{re.escape(name)}\\b" for name in sorted(ctx.bindings))
+        names = "".join(f"|\\b{re.escape(name)}\\b" for name in sorted(ctx.bindings) + trainers.trigger_names(ctx))
         names += "".join(f"|{re.escape(link)}\\b" for link in sorted(ctx.links))
         trigger = re.compile(r"colab|COLAB_|content|drive|@(?:title|param|markdown)" + names)
         for work in works:
@@ -64,6 +67,7 @@ class Rewriter:
                 work.finding(code, line - 1, f"cell left unchanged: {message}", False)
                 continue
             magics.cell_magic(ctx, work)
+            trainers.shell_cell(ctx, work)
             if work.code.tree is None:
                 continue
             if not work.code.escapes and not trigger.search(work.source):
@@ -94,6 +98,7 @@ def _python(ctx, work):
     colab_runtime.colab_env(ctx, work, tree)
     config_text.strings(ctx, work, tree)
     paths.strings(ctx, work, tree)
+    trainers.trainers(ctx, work, tree)
 
 
 def _escapes(ctx, work):
@@ -105,3 +110,4 @@ def _escapes(ctx, work):
             magics.line_magic(ctx, work, esc)
         elif esc.kind in ("system", "getoutput"):
             escapes.shell(ctx, work, esc)
+            trainers.shell(ctx, work, esc)

@@ -23,6 +23,9 @@ class Context:
     links: dict = dataclasses.field(default_factory=dict)         # root link -> the Colab path it points to
     link_sites: dict = dataclasses.field(default_factory=dict)    # (cell, line) -> (link, target, handled)
     condacolab: set = dataclasses.field(default_factory=set)      # names bound to the condacolab module
+    hf_names: dict = dataclasses.field(default_factory=dict)      # name -> transformers / trl / accelerate name
+    hf_subclasses: set = dataclasses.field(default_factory=set)   # the notebook's own classes among them
+    hf_resume_used: set = dataclasses.field(default_factory=set)  # "AutoResume" / "AccelerateResume" in use
 
     def on(self, code) -> bool:
         return code in self.active

@@ -155,11 +155,11 @@ def _rewrite_words(ctx, work, line, col, command, what, continued=False):
         if not ctx.on(code) or (continued and not ctx.on("CK209")):
             continue
         code = "CK209" if continued else code
-        if any(c in found.rest for c in "{}!"):
+        text = _word_text(found, span)
+        if text is None:
             work.finding(code, line, f"{span.path} has characters IPython would expand", False,
                          "replace the path by hand")
             continue
-        text = "{" + path_expr(found, quoted=True) + "}" + ("/" if found.trailing_slash else "") + span.suffix
         start = (line, col + span.start)
         end = (line, col + span.end)
         item = work.finding(code, line, f"{span.path} -> {text}", True, path_manual(ctx, found))
@@ -175,6 +175,39 @@ def _rewrite_words(ctx, work, line, col, command, what, continued=False):
             work.finding(code, line, f"Colab path {match.group(0)} in {what} left as it is: it is not a word "
                          f"of its own (part of a quoted list or a longer word)", False, _by_hand(found))
         return
+
+
+def _word_text(found, span):
+    """What a Colab path word of a shell command line becomes ({colabkit.drive('...', quoted=True)}); None when the
+    path holds characters IPython would expand."""
+    if any(c in found.rest for c in "{}!"):
+        return None
+    return "{" + path_expr(found, quoted=True) + "}" + ("/" if found.trailing_slash else "") + span.suffix
+
+
+def ipython_expands(ctx, command) -> bool:
+    """IPython expands the {expr} and $name of this shell escape (it expands all of them or none, see
+    ``_dollar_problem``); where it does not, the shell gets the text as it is, '{{' included."""
+    return not _dollar_problem(ctx, command)
+
+
+def portable_command(ctx, command) -> str:
+    """``command`` (one line of a shell escape) with its Colab path words as ``shell_paths`` writes them: the text
+    the line has in the migrated notebook. Words it would leave (and every word, where it would rewrite none)
+    stay as they are."""
+    if not ctx.mentions_paths(command) or _dollar_problem(ctx, command):
+        return command
+    spans = path_spans(command, lambda p: ctx.classify(p) is not None)
+    pieces, last = [], 0
+    for span, _ in spans or []:
+        found = ctx.classify(span.path)
+        if EMBEDDED_PATH.search(span.path[1:]) or found.kind == "mountpoint" or not ctx.on(path_code(found)):
+            continue
+        text = _word_text(found, span)
+        if text is not None:
+            pieces.append(command[last:span.start] + text)
+            last = span.end
+    return "".join(pieces) + command[last:]
 
 
 def report_paths(ctx, work, line, text, what, why="colabkit cannot rewrite paths there", code=None,

@@ -133,8 +133,7 @@ def cell_magic(ctx, work):
     name, args = code.magic
     magic_line = code.magics[-1][2]
     first = work.content(magic_line)
-    shell_body = name in ("bash", "sh", "shell") or (name == "script" and args.split()[:1] in (["bash"], ["sh"]))
-    if shell_body and ctx.on("CK208"):
+    if shell_body(name, args) and ctx.on("CK208"):
         for number in range(magic_line + 1, len(work.lines)):
             for token in re.split(r"[\s\"'=]+", work.content(number)):
                 if ctx.classify(token) is not None:
@@ -147,6 +146,11 @@ def cell_magic(ctx, work):
         shell_paths(ctx, work, pseudo, "%%writefile")
     if code.comments_above:
         _comments_above(ctx, work)
+
+
+def shell_body(name, args) -> bool:
+    """The body of cell magic ``name`` (first-line arguments ``args``) is run by a POSIX shell."""
+    return name in ("bash", "sh", "shell") or (name == "script" and args.split()[:1] in (["bash"], ["sh"]))
 
 
 # Cell magics whose body reads a line starting with '#' as a comment (besides those whose body is Python).
