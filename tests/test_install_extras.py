@@ -25,9 +25,10 @@ COLAB_PREINSTALLED = {
     "torch": "2.9.0+cu126", "torchvision": "0.24.0+cu126", "torchaudio": "2.9.0+cu126",
     "tensorflow": "2.19.0", "keras": "3.10.0", "numpy": "2.0.2", "jax": "0.7.2", "jaxlib": "0.7.2",
     "matplotlib": "3.10.0", "psutil": "5.9.5", "tqdm": "4.67.1", "pydrive2": "1.21.3",
+    "transformers": "4.57.1", "accelerate": "1.11.0",
 }
 # the extras a Colab user installs ("notebook", "all" and "dev" are for a machine without Colab's own Jupyter)
-COLAB_EXTRAS = ["tf", "torch", "lightning", "drive", "gpu", "health", "cluster"]
+COLAB_EXTRAS = ["tf", "torch", "lightning", "hf", "drive", "gpu", "health", "cluster"]
 
 
 def _normalized(name: str) -> str:

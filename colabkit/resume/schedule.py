@@ -4,10 +4,10 @@ from __future__ import annotations
 import dataclasses
 
 from ..deadline import MARGIN_FLOOR_S as DEADLINE_MARGIN_S
-from ..units import parse_duration
+from ..units import DURATION_FORMS, parse_duration
 
 __all__ = ["DEADLINE_MARGIN_S", "FINAL_WAIT_FLOOR_S", "NO_SAVE", "SaveContext", "SaveDecision", "SavePolicy",
-           "final_wait_s", "margin_floor"]
+           "check_schedule", "final_wait_s", "margin_floor"]
 
 FINAL_WAIT_FLOOR_S = 60.0   # a final save waits at least this long for its upload
 
@@ -16,6 +16,20 @@ def final_wait_s(estimated_save_s: float) -> float:
     """How long a final save waits for its upload: generous, but bounded, so a destination that stays down (a
     dropped mount cannot come back while the cell runs) does not hang the notebook."""
     return max(FINAL_WAIT_FLOOR_S, 3 * estimated_save_s)
+
+
+def check_schedule(save_freq, every, *, unit: str = "batches"):
+    """An AutoResume's save_freq (a whole number of ``unit``, at least 1, or None) and every (a duration or None),
+    checked: returns ``every`` in seconds (or None). ValueError names the value and what is expected."""
+    if save_freq is not None and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+        raise ValueError(f"save_freq={save_freq!r} is invalid: pass a number of {unit} (at least 1), or None "
+                         f"for no {unit}-count saves.")
+    if every is not None:
+        try:
+            every = parse_duration(every, name="every")
+        except ValueError:
+            raise ValueError(f"every={every!r} is invalid: pass None or {DURATION_FORMS}.") from None
+    return every
 
 
 def margin_floor(deadline_margin) -> float:

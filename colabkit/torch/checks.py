@@ -14,7 +14,7 @@ torch = require("torch", "torch", "colabkit.torch")
 from ..checkpoints import rng, untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError  # noqa: E402
 from ..checkpoints.folder import InvalidCheckpoint  # noqa: E402
-from ..units import DURATION_FORMS, parse_duration  # noqa: E402
+from ..resume import schedule  # noqa: E402
 from .state import FORMAT, _decode, target  # noqa: E402
 
 # objects whose saved class must match (their state dicts load into another class without an error)
@@ -28,15 +28,7 @@ _PARAM_SHAPED = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "
 
 def check_schedule(save_freq, every):
     """Both PyTorch adapters' save_freq/every arguments, checked: returns ``every`` in seconds (or None)."""
-    if save_freq is not None and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
-        raise ValueError(f"save_freq={save_freq!r} is invalid: pass a number of batches (at least 1), or None "
-                         f"for no batch-count saves.")
-    if every is not None:
-        try:
-            every = parse_duration(every, name="every")
-        except ValueError:
-            raise ValueError(f"every={every!r} is invalid: pass None or {DURATION_FORMS}.") from None
-    return every
+    return schedule.check_schedule(save_freq, every, unit="batches")
 
 
 def check_objects(objects: dict) -> None:

@@ -1,0 +1,35 @@
+"""`colabkit.hf`: crash-safe one-line exact resume for Hugging Face training (`AutoResume`, a Trainer callback).
+
+    ar = colabkit.hf.AutoResume("drive:runs/llm", every="15min")
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[ar])
+    trainer.train(resume_from_checkpoint=ar.resume_from)
+
+The adapter's parts: trainer.py (AutoResume, the TrainerCallback: transformers' Trainer and the trainers built on
+it, such as TRL's SFTTrainer). Importing this package imports nothing heavy; transformers loads on first use of a
+name, and a missing one raises with the extra to install (``pip install "colabkit[hf]"``).
+"""
+from __future__ import annotations
+
+import importlib
+
+# public name -> (module, attribute); resolved on first access (PEP 562)
+_LAZY = {
+    "AutoResume": ("colabkit.hf.trainer", "AutoResume"),
+    "Stopped": ("colabkit.hf.trainer", "Stopped"),
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name):
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'colabkit.hf' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
