@@ -89,6 +89,21 @@ def _drive_via(value: Any, name: str) -> str:
     return text
 
 
+def _claims_folder(value: Any, name: str):
+    """"auto" (the machine-wide default folder), "off" (no claims) or a folder every user of the machine sees."""
+    text = str(value).strip() if isinstance(value, (str, os.PathLike)) else ""
+    if isinstance(value, bool) or not text:
+        raise ValueError(f"{name}={value!r} must be \"auto\", \"off\" or a folder path.")
+    if text.lower() in (AUTO, "off", "none", "false", "no"):
+        return AUTO if text.lower() == AUTO else "off"
+    return Path(os.path.expanduser(text))
+
+
+def _size(value: Any, name: str) -> int:
+    from .units import parse_size
+    return parse_size(value, name=name)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Field:
     name: str
@@ -127,6 +142,13 @@ FIELDS = (
            "Fast local disk for checkpoint staging. auto: the platform cache dir (~/.cache/colabkit on Linux)."),
     _Field("memory_growth", _bool, True, "true or false",
            "TensorFlow memory growth on the GPUs colabkit.use_gpus / colabkit run choose (TF_FORCE_GPU_ALLOW_GROWTH)."),
+    _Field("gpu_claims", _claims_folder, AUTO, '"auto", "off" or a folder path',
+           "Where GPU claims live, so that notebooks, scripts, `colabkit run` and other users of this machine never "
+           "get the same GPU. auto: /tmp/colabkit-gpu-claims (created with mode 1777); off on Colab and Kaggle. "
+           "off: no claims (use_gpus picks as if alone)."),
+    _Field("gpu_foreign_memory", _size, 256 * 2 ** 20, 'a size such as "256MiB"',
+           "A compute process that uses more GPU memory than this and belongs to no GPU claim (a program that does "
+           "not use colabkit) keeps its GPU out of use_gpus' pick."),
     _Field("drive_via", _drive_via, "mount", '"mount" or "api"',
            'How "drive:" paths reach Google Drive. mount: the drive_root folder; api: the Drive API, as '
            '"gdrive://" (for machines without a mount; sign in with `colabkit drive login`).'),
@@ -153,6 +175,8 @@ class Settings:
     read_timeout: float = 120.0
     snapshot_buffers: int = 1
     small_state_mb: float = 16.0
+    gpu_claims: Any = AUTO
+    gpu_foreign_memory: int = 256 * 2 ** 20
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir

@@ -121,7 +121,8 @@ class ClusterRunner(Runner):
         return {"name": job.name, "kind": job.kind, "filename": job.path.name, "path": str(job.path),
                 "params": job.params, "args": job.args, "kernel": self.kernel, "attempt": state.attempts,
                 "run_dir": str(self.run_dir), "shared": self.shared, "memory_growth": self.memory_growth,
-                "dead_machines": sorted(self.dead_machines.get(job.name, ()))}
+                "dead_machines": sorted(self.dead_machines.get(job.name, ())),
+                "share": self.num_gpus if 0 < self.num_gpus < 1 else None}
 
     # processes --------------------------------------------------------------------------------------
     def launch(self, state: JobState, slot: Slot) -> None:

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from .. import devices
+from ..devices import claims as gpu_claims
 from ..jobs.process import job_command, signal_tree
 from ..jobs.spec import Job
 
@@ -48,6 +49,7 @@ class JobActor:
         self.output: Path | None = None
         self.pids: set = set()
         self.sent: dict | None = None   # the job folder's files as sent (None: --shared, it runs in place)
+        self.claim = None               # the machine-wide claim (colabkit.devices.claims) on Ray's GPUs
 
     def start(self, spec: dict, folder_zip: bytes | None = None) -> dict:
         """Start the job (in a copy of its folder unpacked from folder_zip, or where it is on shared storage);
@@ -83,6 +85,10 @@ class JobActor:
         env[devices.VISIBLE_VAR] = ",".join(ids) if ids else devices.NO_GPUS
         if ids and spec.get("memory_growth") and devices.GROWTH_VAR not in env:
             env[devices.GROWTH_VAR] = "true"
+        self.claim = _claim_gpus(ids, spec, self.log)
+        if self.claim is not None:
+            shares = [g["share"] for g in self.claim.gpus if g.get("share")]
+            env.update(gpu_claims.child_env({self.claim.id}, min(shares) if shares else None))
         if spec.get("dead_machines"):  # where earlier attempts died: their checkpoint leases can go at once
             env["COLABKIT_DEAD_MACHINES"] = ",".join(spec["dead_machines"])
         env.update({"COLABKIT_JOB": spec["name"], "COLABKIT_JOB_ATTEMPT": str(spec["attempt"]),
@@ -107,6 +113,8 @@ class JobActor:
     def poll(self, offset: int) -> tuple:
         """(log bytes from offset, exit status or None while running, output notebook bytes or None)."""
         returncode = None if self.proc is None else self.proc.poll()
+        if returncode is not None:
+            self._release()
         data = b""
         if self.log is not None and self.log.exists():
             with open(self.log, "rb") as fh:
@@ -139,5 +147,43 @@ class JobActor:
             self.signal(signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(5)
+        self._release()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _release(self) -> None:
+        if self.claim is not None:
+            claim, self.claim = self.claim, None
+            claim.release()
+
+
+def _claim_gpus(ids: list, spec: dict, log_path: Path):
+    """Claim the GPUs Ray gave this job on this machine (colabkit.devices.claims), so that notebooks, scripts and
+    `colabkit run` queues here see them and keep off. Ray does not know about claims: when another process holds
+    one of them, the job waits in line for it (the wait is written to the job's log). None without claims."""
+    where = gpu_claims.folder()
+    if where is None or not ids:
+        return None
+    inventory = devices.gpus(processes=False, claims=False)
+    chosen = [g for g in inventory if not g.is_mig and str(g.index) in ids]
+    if not chosen:
+        return None
+    fraction = spec.get("share")
+
+    def choose(view):
+        taken, _ = gpu_claims.taken(chosen, view, mine=set(), share=None, fraction=fraction)
+        if taken:
+            short = "; ".join(f"GPU {g.label} {taken[g.uuid]}" for g in chosen if g.uuid in taken)
+            raise devices.GPUsTaken.with_short(short, short)
+        return None, [{"uuid": g.uuid, "index": g.index, "label": g.label,
+                       "share": None if fraction is None or g.memory_total is None else int(fraction * g.memory_total)}
+                      for g in chosen]
+
+    def say(text: str) -> None:
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"=== {text}\n")
+
+    _, claim = gpu_claims.acquire(choose, path=where, wait=float("inf"), retry=(devices.GPUsTaken,), say=say,
+                                      what=f"colabkit run --cluster job {spec['name']}",
+                                      request=f"GPU {','.join(ids)} (given by Ray)")
+    return claim

@@ -24,7 +24,9 @@ be used as a whole.
 
 The steps, bottom up: records.py (GPU, Process, Inventory), nvml.py (the one NVML binding) and smi.py
 (``nvidia-smi``), inventory.py (``gpus()``), select.py (``select_gpus``), apply.py (``use_gpus``), workers.py and
-distribute.py (``strategy()``, ``device()``, multi-worker strategies); state.py holds the choice applied last.
+distribute.py (``strategy()``, ``device()``, multi-worker strategies); state.py holds the choice applied last;
+claims.py (machine-wide GPU claims: no two processes, notebooks, `colabkit run` jobs or users get the same GPU;
+waiting in line) and share.py (a share of a GPU's memory, applied to the frameworks).
 """
 from __future__ import annotations
 
@@ -34,13 +36,13 @@ from .apply import DevicesAlreadyInitialized, chosen, use_gpus
 from .distribute import device, strategy
 from .inventory import gpus
 from .records import GPU, GROWTH_VAR, NA, NO_GPUS, ORDER_VAR, VISIBLE_VAR, Inventory, Process
-from .select import GPUSelectionError, GPUSelectionWarning, parse_request, select_gpus
+from .select import GPUSelectionError, GPUSelectionWarning, GPUsTaken, parse_request, select_gpus
 from .smi import SMI_BASE_FIELDS, SMI_FIELDS, SMI_TIMEOUT
 
 log = logging.getLogger("colabkit")
 
 __all__ = [
     "NA", "ORDER_VAR", "VISIBLE_VAR", "GROWTH_VAR", "NO_GPUS", "SMI_FIELDS", "SMI_BASE_FIELDS", "SMI_TIMEOUT",
-    "GPUSelectionError", "DevicesAlreadyInitialized", "GPUSelectionWarning", "Process", "GPU", "Inventory",
+    "GPUSelectionError", "GPUsTaken", "DevicesAlreadyInitialized", "GPUSelectionWarning", "Process", "GPU", "Inventory",
     "gpus", "parse_request", "select_gpus", "chosen", "use_gpus", "strategy", "device",
 ]

@@ -7,10 +7,13 @@ import os
 import sys
 import warnings
 
-from . import state
+from . import claims, state
 from .inventory import gpus
 from .records import GROWTH_VAR, NO_GPUS, ORDER_VAR, VISIBLE_VAR, Inventory, gpu_names
-from .select import GPUSelectionWarning, cuda_order, request_text, select_gpus
+from .select import GPUSelectionError, GPUSelectionWarning, GPUsTaken, cuda_order, request_text, select_gpus
+from .share import apply as share_apply
+from .share import clear as share_clear
+from .share import limits, parse_share
 
 log = logging.getLogger("colabkit")
 
@@ -25,14 +28,23 @@ def chosen() -> Inventory | None:
 
 
 def use_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = True,
-             memory_growth: bool | None = None) -> Inventory:
-    """Choose GPUs and make this process (and the processes it starts) use exactly those.
+             memory_growth: bool | None = None, wait=False, share=None) -> Inventory:
+    """Choose GPUs, claim them for this process, and make this process (and the processes it starts) use them.
 
     request: a count (``2``: the GPUs with most free memory, then least busy; ``0``: none, CPU only); indices in
     nvidia-smi numbering (``"0,1"``, ``[0, 1]``); UUIDs (``"GPU-8f3e..."``, ``"MIG-..."``, or unique prefixes);
     or ``"auto"``: every GPU that passes the filters. min_free: a size ("8GiB") each GPU must have free;
     max_util: the highest utilization in %. strict=False turns an unmet request into a warning and takes what is
     available. memory_growth: TensorFlow memory growth (default: the ``memory_growth`` setting, on).
+
+    Claims (colabkit.devices.claims; off on Colab and Kaggle): the chosen GPUs are claimed machine-wide for the
+    life of this process (a later call replaces the claim; ``use_gpus(0)`` drops it). A count or "auto" never
+    picks a GPU another process claimed, nor one a program without a claim keeps busy. When none is free:
+    wait=False raises GPUsTaken naming who holds what; wait=True (or a duration, "30min") waits in line, first
+    come first served across processes and users, with a message; Ctrl-C leaves the line.
+    share: a size ("12GiB") or fraction (0.5) of each chosen GPU's memory instead of the whole GPU: counted in
+    the claims, so several processes share one GPU, and applied to TensorFlow (logical-device memory limit),
+    PyTorch (per-process memory fraction) and JAX.
 
     Sets CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_DEVICES (see the module docs). Returns the chosen GPUs
     in CUDA's order (device 0 first): empty for the CPU path. Raises GPUSelectionError for a request that cannot
@@ -41,13 +53,28 @@ def use_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = Tru
     if memory_growth is None:
         from .. import config
         memory_growth = config.load().memory_growth
-    inventory = gpus(processes=False)
-    choice = select_gpus(request, min_free=min_free, max_util=max_util, strict=strict, inventory=inventory)
     what = f"use_gpus({request_text(request)})"
+    share_bytes, fraction = parse_share(share, what=what)
+    wait_s = _wait_seconds(wait, what)
+    where = claims.folder()
+    old = state.current.claim
+    claim = None
+    if where is None:   # no claims (Colab, Kaggle, setting off): the choice alone, as always
+        inventory = gpus(processes=False)
+        choice = select_gpus(request, min_free=min_free, max_util=max_util, strict=strict, inventory=inventory)
+    else:
+        inventory, choice, claim = _choose_and_claim(request, where, what, min_free=min_free, max_util=max_util,
+                                                     strict=strict, wait_s=wait_s, share_bytes=share_bytes,
+                                                     fraction=fraction, old=old)
     if choice.leave_env:
         log.warning("colabkit: %s", choice.note)  # the CPU path: one line, environment left alone
+        _swap_claim(old, None)
         state.current.chosen = choice
         return choice
+    per_gpu = limits(choice, share_bytes, fraction) if (share_bytes or fraction) else []
+    if not per_gpu and claims.SHARE_VAR in os.environ and claims.handed_down():
+        inherited = int(os.environ[claims.SHARE_VAR] or 0)   # a parent's claim gives this process a share
+        per_gpu = limits(choice, inherited, None) if inherited > 0 else []
     before = {k: os.environ.get(k) for k in (ORDER_VAR, VISIBLE_VAR, GROWTH_VAR)}
     value = ",".join(g.cuda_id for g in choice) or NO_GPUS
     if state.current.applied_value is None or before[VISIBLE_VAR] != state.current.applied_value:
@@ -58,20 +85,90 @@ def use_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = Tru
         os.environ[GROWTH_VAR] = "true"
     try:
         if before[VISIBLE_VAR] != value or before[ORDER_VAR] != "PCI_BUS_ID":
-            _apply_to_frameworks(choice, inventory, before, memory_growth, what)
+            _apply_to_frameworks(choice, inventory, before, memory_growth and not per_gpu, what)
     except DevicesAlreadyInitialized as exc:
         if strict:
-            for key, old in before.items():
-                if old is None:
+            for key, old_value in before.items():
+                if old_value is None:
                     os.environ.pop(key, None)
                 else:
-                    os.environ[key] = old
+                    os.environ[key] = old_value
+            if claim is not None:
+                claim.release()
             raise
         warnings.warn(f"{exc} (strict=False: {VISIBLE_VAR}={value} is set for processes started from here.)",
                       GPUSelectionWarning, stacklevel=2)
+    if per_gpu:
+        share_apply(per_gpu)
+    else:
+        share_clear()
+    _swap_claim(old, claim)
+    choice.claim = claim
     state.current.chosen, state.current.applied_value = choice, value
     log.info("colabkit: %s -> %s=%s", what, VISIBLE_VAR, value)
     return choice
+
+
+def _wait_seconds(wait, what: str) -> float | None:
+    if wait is None or wait is False:
+        return None
+    if wait is True:
+        return float("inf")
+    from ..units import parse_duration
+    try:
+        seconds = parse_duration(wait, name="wait")
+    except ValueError as exc:
+        raise GPUSelectionError(f"{what}: {exc} (or wait=True: as long as it takes)") from None
+    return seconds or None
+
+
+def _choose_and_claim(request, where, what: str, *, min_free, max_util, strict, wait_s, share_bytes, fraction,
+                      old):
+    """(inventory, choice, new Claim or None): choose among the GPUs nobody else holds, and claim them in one
+    step under the claim table's lock (waiting in line when wait_s says so)."""
+    mine = claims.handed_down() | ({old.id} if old is not None and old.held else set())
+    current = {"inventory": gpus(processes=True, claims=False)}
+
+    def choose(view, strict=strict or wait_s is not None):
+        inventory = current["inventory"]
+        taken, busy = claims.taken(inventory, view, mine=mine, share=share_bytes, fraction=fraction)
+        shared = {g.uuid for g in inventory if g.uuid not in taken
+                  and any(s is not None for r, s in view.holders(g.uuid) if r.id not in mine)}
+        choice = select_gpus(request, min_free=min_free, max_util=max_util, strict=strict, inventory=inventory,
+                             claimed=taken, busy=busy, prefer=shared if (share_bytes or fraction) else ())
+        covered = {g["uuid"] for r in view.claims if r.id in claims.handed_down() for g in r.gpus}
+        per_gpu = limits(choice, share_bytes, fraction) if (share_bytes or fraction) else [(None, None)] * len(choice)
+        wanted = [{"uuid": g.uuid, "index": g.index, "label": g.label, "share": size}
+                  for g, (size, _) in zip(choice, per_gpu) if g.uuid not in covered]
+        return choice, wanted
+
+    def say(text):
+        print(text, file=sys.stderr, flush=True)
+
+    try:
+        choice, claim = claims.acquire(choose, path=where, wait=wait_s, request=what, retry=(GPUsTaken,), say=say,
+                                       refresh=lambda: current.update(inventory=gpus(processes=True, claims=False)))
+    except GPUsTaken:
+        if strict:
+            raise
+        # strict=False: after any wait, take what is free now (select_gpus warns)
+        choice, claim = claims.acquire(lambda view: choose(view, strict=False), path=where, request=what,
+                                       retry=(GPUsTaken,))
+    return current["inventory"], choice, claim
+
+
+def _swap_claim(old, new) -> None:
+    """Make ``new`` this process's claim (what children inherit); release the one it replaces."""
+    if old is not None and old is not new:
+        old.release()
+    state.current.claim = new
+    ids = claims.handed_down() - ({old.id} if old is not None else set())
+    if new is not None:
+        ids.add(new.id)
+    if ids:
+        os.environ[claims.HANDED_VAR] = ",".join(sorted(ids))
+    else:
+        os.environ.pop(claims.HANDED_VAR, None)
 
 
 def _apply_to_frameworks(choice: Inventory, inventory: Inventory, before: dict, memory_growth: bool,

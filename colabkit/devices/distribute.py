@@ -39,10 +39,21 @@ def _logical_gpus(tf) -> list:
     return gpus_seen
 
 
+def _claim_unless_chosen() -> None:
+    """Without an earlier use_gpus, claim every GPU nobody else holds (use_gpus("auto")), so that the strategy does
+    not spread over other processes' GPUs; where claims are off (Colab, Kaggle) nothing changes."""
+    from . import claims
+    if state.current.chosen is not None or claims.folder() is None:
+        return
+    from .apply import use_gpus
+    use_gpus("auto", strict=False)
+
+
 def strategy(workers=None, *, index=None, timeout=None):
     """A tf.distribute strategy for the chosen GPUs: the default strategy for 0 or 1 GPU (0: the CPU, with one
     log line), MirroredStrategy over all of them for 2 or more. Call ``use_gpus`` first to choose; without it,
-    every GPU TensorFlow sees is used.
+    every GPU no other process has claimed is claimed and used (``use_gpus("auto")``; on Colab: every GPU
+    TensorFlow sees).
 
     workers: one training over several machines: ["gpu-a:12345", "gpu-b:12345"] (the first is the chief) writes
     TF_CONFIG, says which worker this is, and returns a MultiWorkerMirroredStrategy whose collectives time out
@@ -52,6 +63,7 @@ def strategy(workers=None, *, index=None, timeout=None):
         return multi_worker_strategy(workers, index=index, timeout=timeout)
     if index is not None or timeout is not None:
         raise ValueError("strategy(index=..., timeout=...) go with workers=[...] (a multi-worker run).")
+    _claim_unless_chosen()
     tf = _tensorflow("colabkit.strategy()")
     seen = _logical_gpus(tf)
     if len(seen) >= 2:

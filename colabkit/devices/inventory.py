@@ -10,13 +10,22 @@ from .smi import from_smi
 log = logging.getLogger("colabkit")
 
 
-def gpus(*, processes: bool = True, source: str = "auto") -> Inventory:
+def gpus(*, processes: bool = True, source: str = "auto", claims: bool | None = None) -> Inventory:
     """The GPUs this machine has: index, UUID, name, memory total/used/free, utilization, temperature, PCI bus id,
     compute processes, MIG instances.
 
     source: "auto" (NVML through nvidia-ml-py, else `nvidia-smi`), "nvml" or "nvidia-smi". Never raises for a
-    missing driver or library: the inventory is then empty and ``note`` says why.
+    missing driver or library: the inventory is then empty and ``note`` says why. claims (default: with
+    processes): read the machine's GPU claims too (``.claims``; shown in the table: who holds each GPU).
     """
+    inventory = _inventory(processes, source)
+    if (processes if claims is None else claims) and inventory:
+        from . import claims as _claims
+        inventory.claims = _claims.read_view()
+    return inventory
+
+
+def _inventory(processes: bool, source: str) -> Inventory:
     if source not in ("auto", "nvml", "nvidia-smi"):
         raise ValueError(f"gpus(source={source!r}): expected 'auto', 'nvml' or 'nvidia-smi'.")
     reasons = []

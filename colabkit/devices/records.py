@@ -103,6 +103,8 @@ class Inventory(list):
         super().__init__(items)
         self.source, self.driver, self.note = source, driver, note
         self.leave_env = False  # a choice of nothing because nothing is there: CUDA_* stay as they are
+        self.claim = None       # the claims.Claim that holds these GPUs for this process (use_gpus)
+        self.claims = None      # the claims.View shown with the table (gpus()); None: claims off or none yet
 
     def _derive(self, items, note=None, leave_env=False) -> Inventory:
         derived = Inventory(items, source=self.source, driver=self.driver, note=note)
@@ -115,7 +117,12 @@ class Inventory(list):
     def as_dict(self) -> dict:
         return {"source": self.source, "driver": self.driver, "note": self.note,
                 "cuda_device_order": os.environ.get(ORDER_VAR), "cuda_visible_devices": os.environ.get(VISIBLE_VAR),
-                "gpus": [g.as_dict() for g in self]}
+                "gpus": [g.as_dict() for g in self],
+                "claims": None if self.claims is None else {
+                    "folder": str(self.claims.path),
+                    "gpus": {g.uuid: [dict(r.as_dict(), share_on_this_gpu=s) for r, s in self.claims.holders(g.uuid)]
+                             for g in self},
+                    "line": [r.as_dict() for r in self.claims.line]}}
 
     def json(self) -> str:
         return json.dumps(self.as_dict(), indent=2)
@@ -140,12 +147,27 @@ class Inventory(list):
             widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
             for r in rows:
                 lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        if self.claims is not None and self:
+            lines.extend(self._claim_lines())
         if self.note:
             lines.append(self.note)
         if os.environ.get(VISIBLE_VAR) is not None:
             lines.append(f"{VISIBLE_VAR}={os.environ[VISIBLE_VAR]!s}"
                          + (f" ({ORDER_VAR}={os.environ[ORDER_VAR]})" if os.environ.get(ORDER_VAR) else ""))
         return "\n".join(lines) if lines else "no GPUs"
+
+    def _claim_lines(self) -> list:
+        lines = [f"Claims ({self.claims.path}):"]
+        for g in self:
+            if g.mig_enabled:
+                continue
+            holders = self.claims.holders(g.uuid)
+            text = "; ".join(r.who() + ("" if share is None else f", {format_size(share)} share")
+                             for r, share in holders) or "free"
+            lines.append(f"  {'MIG' if g.is_mig else 'GPU'} {g.label}  {text}")
+        for r in self.claims.line:
+            lines.append(f"Waiting in line: {r.who()}" + (f" for {r.request}" if r.request else ""))
+        return lines
 
     def __str__(self) -> str:
         return self.table()

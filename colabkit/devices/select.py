@@ -16,6 +16,18 @@ class GPUSelectionError(ValueError):
     """A GPU request that cannot be met; the message names what was asked and what exists."""
 
 
+class GPUsTaken(GPUSelectionError):
+    """The GPUs a request needs exist but are claimed by other processes or busy with programs that hold no claim;
+    waiting (``use_gpus(..., wait=True)``) can help. The message says who holds which GPU; ``short`` in one line."""
+    short = ""
+
+    @classmethod
+    def with_short(cls, short: str, message: str) -> GPUsTaken:
+        error = cls(message)
+        error.short = short
+        return error
+
+
 class GPUSelectionWarning(UserWarning):
     """A request was only partly met (strict=False), or the choice only applies to child processes."""
 
@@ -39,13 +51,18 @@ def request_text(request) -> str:
 
 
 def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = True,
-                inventory: Inventory | None = None, one_process: bool = True) -> Inventory:
+                inventory: Inventory | None = None, one_process: bool = True, claimed: dict | None = None,
+                busy: dict | None = None, prefer=()) -> Inventory:
     """Choose GPUs without applying the choice (see ``use_gpus`` for the forms of ``request``).
 
     Returns the chosen GPUs in the order CUDA will number them; empty for the CPU path (``note`` says why).
     one_process=False: each chosen device goes to a process of its own (`colabkit run`), so several MIG
     instances may be chosen (named, counted, or by "auto").
+    claimed / busy: {uuid: why} for GPUs other processes claimed / programs without a claim keep busy (see
+    colabkit.devices.claims): a count or "auto" never picks them; naming a claimed GPU raises GPUsTaken, naming a
+    busy one warns. prefer: UUIDs picked first among those that qualify (GPUs already shared, for a share).
     """
+    claimed, busy = claimed or {}, busy or {}
     what = f"use_gpus({request_text(request)})"
     min_free_bytes = None
     if min_free is not None:
@@ -76,8 +93,12 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
     wanted = [f"at least {format_size(min_free_bytes)} free"] if min_free_bytes is not None else []
     wanted += [f"at most {max_util:g} % utilization"] if max_util is not None else []
 
-    def failing(g: GPU) -> list:
+    def failing(g: GPU, taken: bool = True) -> list:
         reasons = []
+        if taken and g.uuid in claimed:
+            reasons.append(claimed[g.uuid])
+        elif taken and g.uuid in busy:
+            reasons.append(busy[g.uuid])
         if min_free_bytes is not None and (g.memory_free is None or g.memory_free < min_free_bytes):
             reasons.append(f"{format_size(g.memory_free)} free")
         if max_util is not None and (g.utilization is None or g.utilization > max_util):
@@ -86,7 +107,17 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
 
     if kind == "explicit":
         chosen = _resolve(value, inv, candidates, allowed, hidden_by, what, one_process)
-        bad = [(g, failing(g)) for g in chosen if failing(g)]
+        held = [g for g in chosen if g.uuid in claimed]
+        if held:
+            short = "; ".join(f"GPU {g.label} {claimed[g.uuid]}" for g in held)
+            raise GPUsTaken.with_short(short, f"{what}: " + "; ".join(f"{g.describe()} is {claimed[g.uuid]}"
+                                                                      for g in held)
+                                       + f".\n{_TAKEN_HINT.format(what=what[:-1])}")
+        for g in chosen:
+            if g.uuid in busy:
+                warnings.warn(f"{what}: {g.describe()} is {busy[g.uuid]}; using it as you named it.",
+                              GPUSelectionWarning, stacklevel=3)
+        bad = [(g, failing(g, taken=False)) for g in chosen if failing(g, taken=False)]
         if bad:
             message = (f"{what} asked for GPUs with {' and '.join(wanted)}, but "
                        + "; ".join(f"{g.describe()} has {', '.join(r)}" for g, r in bad) + ".")
@@ -95,7 +126,8 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
             warnings.warn(message + " Using them anyway (strict=False).", GPUSelectionWarning, stacklevel=3)
         return inv._derive(chosen)
 
-    qualifying = sorted((g for g in candidates if not failing(g)), key=_rank)
+    preferred = set(prefer)
+    qualifying = sorted((g for g in candidates if not failing(g)), key=lambda g: (g.uuid not in preferred, _rank(g)))
     whole = [g for g in qualifying if not g.is_mig]
     if kind == "auto":  # every qualifying GPU; a MIG instance only alone (CUDA uses one per process)
         pool = qualifying if not one_process else whole or qualifying[:1]
@@ -116,6 +148,18 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
         if kind == "count" and value > 1 and one_process and any(g.is_mig for g in candidates):
             have += " (MIG instances do not count: CUDA uses at most one per process)"
         message = f"{what} asked for {asked}{condition}; {have}:\n{_listing(inv, failing, allowed)}"
+        untaken = [g for g in candidates if not failing(g, taken=False)]
+        if kind == "count" and value > 1 and one_process:
+            untaken = [g for g in untaken if not g.is_mig]
+        if len(untaken) >= need and len(pool) < need:   # enough GPUs qualify, but others hold them
+            message = (f"{what} asked for {asked}{condition}; {len(pool)} of them "
+                       f"{'is' if len(pool) == 1 else 'are'} free, the others are taken:\n"
+                       f"{_listing(inv, failing, allowed)}\n{_TAKEN_HINT.format(what=what[:-1])}")
+            if strict:
+                error = GPUsTaken(message)
+                error.short = "; ".join(f"GPU {g.label} {claimed.get(g.uuid) or busy.get(g.uuid)}"
+                                        for g in candidates if g.uuid in claimed or g.uuid in busy)
+                raise error
         if strict:
             raise GPUSelectionError(message)
         if not pool:
@@ -125,6 +169,10 @@ def select_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = 
         take = len(pool)
     chosen = sorted(pool[:take], key=lambda g: (g.index, -1 if g.mig_index is None else g.mig_index))
     return inv._derive(chosen)
+
+
+_TAKEN_HINT = ("Wait in line for them with {what}, wait=True) (or wait=\"30min\"), share a GPU with "
+               "share=\"8GiB\" (or a fraction), or see who holds what with `colabkit gpus`.")
 
 
 def _rank(g: GPU):
@@ -236,7 +284,9 @@ def _listing(inv: Sequence[GPU], failing=None, allowed=None) -> str:
         elif allowed is not None and g.uuid not in allowed:
             extra.append(f"hidden by {VISIBLE_VAR}")
         elif failing is not None and failing(g):
-            extra.append("does not qualify: " + ", ".join(failing(g)))
+            reasons = failing(g)
+            taken = all(r.startswith(("claimed by", "busy with")) for r in reasons)
+            extra.append(("" if taken else "does not qualify: ") + ", ".join(reasons))
         lines.append(f"  {g.describe()}  {g.uuid}" + (f"  [{'; '.join(extra)}]" if extra else ""))
     return "\n".join(lines)
 

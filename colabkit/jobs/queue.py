@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from . import process
-from .slots import Slot, plan_slots
+from .slots import Slot, claim_request, plan_slots
 from .spec import JobError, JobState, RunReport, display_path, prepare_jobs
 
 DEFAULT_GRACE = 30.0
@@ -141,6 +141,8 @@ class Runner:
         self.started_at = time.time()
         self.summary_extra: dict = {}  # more top-level summary.json fields (the cluster runner: its address)
         self.bar = self._bar(progress)
+        self.line = None               # this queue's place in the machine's GPU line (devices.claims.Line)
+        self.blocked_said: dict = {}   # slot label -> the reason last said for not starting a job there
 
     # output -----------------------------------------------------------------------------------------
     def _bar(self, progress):
@@ -185,6 +187,34 @@ class Runner:
         os.replace(tmp, self.run_dir / "summary.json")
 
     # processes --------------------------------------------------------------------------------------
+    def claim_slot(self, slot: Slot, state: JobState) -> bool:
+        """Claim ``slot``'s GPUs machine-wide for ``state``'s next attempt (devices.claims): False, with a progress
+        line, when other processes hold them (the job waits, this queue keeps its place in line)."""
+        if not slot.gpus:
+            return True
+        from ..devices import GPUsTaken, claims
+        if self.line is None:
+            where = claims.folder()
+            if where is None:
+                return True
+            self.line = claims.Line(where, f"colabkit run ({display_path(self.run_dir)})", "colabkit run")
+        mine = claims.handed_down()   # GPUs a parent process (a notebook, another run) gave this run
+        claim = self.line.try_claim(lambda view: claim_request(slot, view, mine=mine), retry=(GPUsTaken,),
+                                    what=f"colabkit run job {state.job.name} ({display_path(self.run_dir)})")
+        if claim is None:
+            if self.blocked_said.get(slot.label) != self.line.reason:
+                self.blocked_said[slot.label] = self.line.reason
+                self.say(f"[{self.stamp()}] waiting {state.job.name} for {slot.label}: {self.line.reason}")
+            return False
+        self.blocked_said.pop(slot.label, None)
+        slot.claim = claim
+        return True
+
+    def release_slot(self, slot: Slot) -> None:
+        if slot.claim is not None:
+            claim, slot.claim = slot.claim, None
+            claim.release()
+
     def launch(self, state: JobState, slot: Slot) -> None:
         """Start an attempt of ``state``'s job in ``slot``: a process on this machine."""
         state.attempts += 1
@@ -192,7 +222,13 @@ class Runner:
         slot.job = state
         state.hung, state.kill_at = None, None
         tries = f"attempt {state.attempts}/{self.retries + 1}"
-        proc, error = process.start(state, slot.label, slot.env, run_dir=self.run_dir, kernel=self.kernel,
+        env = dict(slot.env)
+        if slot.claim is not None:
+            from ..devices import claims
+            shares = [g["share"] for g in slot.claim.gpus if g.get("share")]
+            ids = claims.handed_down() | {slot.claim.id}
+            env.update(claims.child_env(ids, min(shares) if shares else None))
+        proc, error = process.start(state, slot.label, env, run_dir=self.run_dir, kernel=self.kernel,
                                     hang_timeout=self.hang_timeout, tries=tries)
         if proc is None:
             self.events.put(("exit", state, None, 127))
@@ -222,6 +258,10 @@ class Runner:
             self.refresh()
             self._loop()
         finally:
+            for slot in self.slots:
+                self.release_slot(slot)
+            if self.line is not None:
+                self.line.close()
             for sig, old in handlers.items():
                 signal.signal(sig, old)
             if self.bar is not None:
@@ -263,11 +303,16 @@ class Runner:
     def _loop(self) -> None:
         while True:
             if self.stop_signal is None and self.waiting and any(slot.job is None for slot in self.slots):
+                launched = False
                 for slot in self.slots:
-                    if slot.job is None and self.waiting:
+                    if slot.job is None and self.waiting and self.claim_slot(slot, self.waiting[0]):
                         self.launch(self.waiting.pop(0), slot)
-                self.refresh()
-            if not self._running():
+                        launched = True
+                if launched:
+                    self.refresh()
+            if self.line is not None and (not self.waiting or self.stop_signal is not None):
+                self.line.leave()   # nothing of this queue waits for a GPU any more
+            if not self._running() and (not self.waiting or self.stop_signal is not None):
                 return
             timeout = 0.5
             if self.deadline is not None:
@@ -348,13 +393,15 @@ class Runner:
         seconds = state.ended - state.started
         state.history.append({"attempt": state.attempts, "device": state.device, "returncode": returncode,
                               "started": state.started, "ended": state.ended, "seconds": round(seconds, 3)})
-        for slot in self.slots:
-            if slot.job is state:
-                slot.job = None
+        freed = [slot for slot in self.slots if slot.job is state]
+        for slot in freed:
+            slot.job = None
         if proc is not None and (self.killed or state.hung is not None):
             # a stopped or hung job's leftovers (e.g. a Jupyter kernel stuck in the hung cell) must not outlive
             # it: they would hold the GPU while its retry starts
             process.kill_pids(state.pids)
+        for slot in freed:
+            self.release_slot(slot)
         how = self.describe_exit(state, returncode)
         if state.hung is not None:
             state.history[-1]["hung"] = state.hung

@@ -16,6 +16,30 @@ class Slot:
     label: str   # "GPU 0", "MIG 0:1", "CPU"
     env: dict    # CUDA_* variables for a job in this slot
     job: JobState | None = None
+    gpus: list = dataclasses.field(default_factory=list)   # the GPU records a job here claims
+    share: float | None = None   # the fraction of each GPU a job here claims (--per-gpu N: 1/N); None: whole
+    claim: object | None = None  # the claims.Claim the job running here holds
+    pick: bool = True            # GPUs chosen by count or "auto": one a program without a claim keeps busy waits
+
+
+def claim_request(slot: Slot, view, *, mine: set = frozenset()) -> list:
+    """What a job in ``slot`` claims ([{"uuid", "index", "share"}]); raises devices.GPUsTaken when another process
+    holds one of its GPUs (or its share does not fit), or, for GPUs picked by count or "auto", a program without
+    a claim keeps one busy."""
+    from .. import devices
+    from ..devices import claims
+    inventory = devices.gpus(processes=slot.pick, claims=False)
+    mine_gpus = {g.uuid: g for g in inventory}
+    records = [mine_gpus.get(g.uuid, g) for g in slot.gpus]
+    taken, busy = claims.taken(records, view, mine=set(mine), share=None, fraction=slot.share)
+    problems = {**({} if not slot.pick else busy), **taken}
+    if problems:
+        short = "; ".join(f"GPU {g.label} {problems[g.uuid]}" for g in records if g.uuid in problems)
+        raise devices.GPUsTaken.with_short(short, short)
+    covered = {g["uuid"] for r in view.claims if r.id in mine for g in r.gpus}
+    return [{"uuid": g.uuid, "index": g.index, "label": g.label,
+             "share": None if slot.share is None or g.memory_total is None else int(slot.share * g.memory_total)}
+            for g in records if g.uuid not in covered]
 
 
 def plan_slots(gpus="auto", *, per_gpu: int = 1, gpus_per_job: int = 1, min_free=None, max_util=None,
@@ -42,7 +66,9 @@ def plan_slots(gpus="auto", *, per_gpu: int = 1, gpus_per_job: int = 1, min_free
             if memory_growth and devices.GROWTH_VAR not in os.environ:
                 env[devices.GROWTH_VAR] = "true"
             kind = "MIG" if group[0].is_mig else "GPU" if len(group) == 1 else "GPUs"
-            slots.append(Slot(f"{kind} {','.join(g.label for g in group)}", env))
+            slots.append(Slot(f"{kind} {','.join(g.label for g in group)}", env, gpus=list(group),
+                              share=None if per_gpu == 1 else 1.0 / per_gpu, pick=request == "auto"
+                              or (isinstance(request, int) and not isinstance(request, bool))))
     return slots, note
 
 

@@ -29,6 +29,7 @@ def fake_gpus(monkeypatch, tmp_path):
     """Install the stand-ins and return ``use(scenario, **overrides)``, which points both at a scenario.
 
     ``scenario`` is a file name in tests/standins/gpu/scenarios (without .json) or None for "no driver";
+    GPU claims live in ``<tmp>/gpu-claims`` (COLABKIT_GPU_CLAIMS, also for subprocesses);
     overrides replace top-level scenario keys. The stand-in `pynvml` shadows nvidia-ml-py here (sys.path) and in
     subprocesses (PYTHONPATH); `nvidia-smi` is first on PATH. CUDA_* variables, colabkit's NVML handle and
     choice, and `tensorflow` / `torch` in sys.modules (loaded by other tests) are put back afterwards.
@@ -54,6 +55,11 @@ def fake_gpus(monkeypatch, tmp_path):
     monkeypatch.delenv("COLABKIT_TEST_GPUS", raising=False)
     monkeypatch.setattr(nvml, "_nvml_module", None)
     monkeypatch.setattr(state, "current", state.State())
+    # GPU claims in a folder of this test's own (here and in subprocesses), none handed down from outside
+    monkeypatch.setenv("COLABKIT_GPU_CLAIMS", str(tmp_path / "gpu-claims"))
+    for k in ("COLABKIT_GPU_CLAIM", "COLABKIT_GPU_SHARE", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
     monkeypatch.setattr(distribute, "_said", set())
 
     def use(scenario: str | None, **overrides):

@@ -15,6 +15,14 @@ IDLE_UUID = "GPU-9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"   # home_rig GPU 1: GTX 1
 MIG_SMALL = "MIG-cba663e8-9bed-5b7c-aa45-b0b4ed1ea2a3"
 
 
+@pytest.fixture(autouse=True)
+def no_claims(fake_gpus, monkeypatch):
+    """These tests pin the choice itself, as on Colab or with the setting gpu_claims = "off" (home_rig's GPU 0
+    runs another user's python3 that holds no claim, which a claiming pick would leave out): claims are
+    tests/devices/test_claims.py's."""
+    monkeypatch.setenv("COLABKIT_GPU_CLAIMS", "off")
+
+
 def env():
     return {k: os.environ.get(k) for k in ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH")}
 

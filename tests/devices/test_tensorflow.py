@@ -20,7 +20,7 @@ def test_tensorflow_paths(fake_gpus):
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed")
     fake_gpus("home_rig")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", COLABKIT_GPU_CLAIMS="off")   # claims: test_claims.py
     out = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, timeout=300, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("REPORT ")]
     assert out.returncode == 0 and lines, out.stdout + out.stderr
