@@ -66,7 +66,8 @@ def _guarded_lines(tree) -> set:
         if isinstance(node, (ast.If, ast.IfExp)):
             guarded = any((isinstance(n, ast.Name) and "colab" in n.id.lower()) or
                           (isinstance(n, ast.Attribute) and "colab" in n.attr.lower()) or
-                          (isinstance(n, ast.Constant) and isinstance(n.value, str) and "google.colab" in n.value)
+                          (isinstance(n, ast.Constant) and isinstance(n.value, str) and
+                           ("google.colab" in n.value or n.value.startswith("COLAB_")))
                           for n in ast.walk(node.test))
         elif isinstance(node, ast.Try):
             guarded = any(_imports_colab(n) for stmt in node.body for n in ast.walk(stmt))
@@ -152,9 +153,33 @@ def _mapped_form_fields(tree) -> set:
     return mapped
 
 
-def leftovers(source: str) -> list:
+# Cell magics whose body IPython runs as Python: the body is checked as code, not as one string.
+_PYTHON_CELL_MAGIC = re.compile(r"\A(?:[ \t]*(?:#[^\n]*)?\n)*%%(?:capture|time|timeit|prun)\b[^\n]*(?:\n|\Z)")
+# 'ln -s <Colab path> /name' (a link at the filesystem root): /name/... stands for that Colab path.
+_ROOT_LINK = re.compile(r"\bln\s+(?:-\w+\s+)*-\w*s\w*\s+(?:-\w+\s+)*(?:\S|\\ )+\s+['\"]?(/[\w.-]+)/?['\"]?\s*$", re.M)
+
+
+def root_links(sources) -> list:
+    """The links a notebook makes at the filesystem root to a Colab path (``!ln -s /content/gdrive/My\\ Drive/
+    /mydrive``): paths through them are Colab-only too."""
+    links = set()
+    for source in sources:
+        for match in _ROOT_LINK.finditer(source):
+            line = source[source.rfind("\n", 0, match.start()) + 1:match.end()]
+            if COLAB_PATH.search(line[:line.rfind(match.group(1))]) and match.group(1) not in ("/content", "/gdrive"):
+                links.add(match.group(1))
+    return sorted(links)
+
+
+def leftovers(source: str, links=()) -> list:
     """(kind, what, path) for each Colab-only path or unguarded google.colab import left in one code cell. kind:
-    "left" (the program uses it), "shown" (only printed), "mapped" (a form field mapped on the next line)."""
+    "left" (the program uses it), "shown" (only printed), "mapped" (a form field mapped on the next line).
+    ``links``: the notebook's root links to Colab paths (root_links), whose paths count as Colab paths."""
+    magic = _PYTHON_CELL_MAGIC.match(source)
+    if magic:  # %%capture / %%time ...: IPython runs the rest of the cell as Python
+        return leftovers("\n" * source[:magic.end()].count("\n") + source[magic.end():], links)
+    colab_path = COLAB_PATH if not links else re.compile(
+        COLAB_PATH.pattern + "|" + "|".join(rf"(?<![\w.~/-]){re.escape(link)}(?=$|[/\s'\"\\])" for link in links))
     _, tree = _transform(source)
     if tree is None:
         return []
@@ -167,7 +192,7 @@ def leftovers(source: str) -> list:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.lineno not in guarded:
             if isinstance(parents.get(node), ast.Expr):
                 continue  # a docstring or a bare string: not used
-            match = COLAB_PATH.search(node.value)
+            match = colab_path.search(node.value)
             if match is None:
                 continue
             path = re.split(r"[\s'\",;:]", node.value[match.start():])[0][:60]
@@ -225,10 +250,11 @@ def check(path: Path) -> dict:
     for f in findings:
         if not f.applied:
             notes.setdefault(f.cell, []).append(f.message + "\n" + "\n".join(f.before or []))
+    links = root_links(_sources(c) for c in before["cells"] if c.get("cell_type") == "code")
     for index, cell in enumerate(after["cells"]):
         if cell.get("cell_type") != "code":
             continue
-        for kind, what, path in leftovers(_sources(cell)):
+        for kind, what, path in leftovers(_sources(cell), links):
             entry = f"cell {index + 1} {what}"
             if kind != "left":
                 row[kind].append(entry)

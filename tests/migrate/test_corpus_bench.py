@@ -71,3 +71,17 @@ def test_colab_only_runtime_leftovers():
     assert kinds("tag = os.environ.get('COLAB_RELEASE_TAG')") == []
     assert kinds("if 'COLAB_TPU_ADDR' in os.environ:\n    a = os.environ['COLAB_TPU_ADDR']") == []
     assert kinds("try:\n    a = os.environ['COLAB_GPU']\nexcept KeyError:\n    a = None") == []
+
+
+def test_python_cell_magics_colab_variable_branches_and_root_links():
+    # %%capture / %%time run their body as Python: a form field mapped there is mapped, not one string left
+    assert kinds("%%capture\nx = '/content/a' #@param {type:'string'}\nx = colabkit.portable_path(x)") == ["mapped"]
+    assert kinds("%%time\np = '/content/a'") == ["left"]
+    assert kinds("%%bash\ncp /content/a b") == ["left"]
+    # a branch taken only where Colab set its variable is a Colab branch, as for migrate
+    assert kinds("if 'COLAB_TPU_ADDR' in os.environ:\n    p = open('/content/adc.json')") == []
+    # paths through a link the notebook makes at the root to Drive count as Colab paths
+    links = corpus.root_links(["!ln -s /content/gdrive/My\\ Drive/ /mydrive", "!ln -s /usr/lib/a /b"])
+    assert links == ["/mydrive"]
+    assert [k for k, _, _ in corpus.leftovers("q = 'cfg=/mydrive/x.cfg'\nr = '/mydrivers/x'", links)] == ["left"]
+    assert kinds("q = 'cfg=/mydrive/x.cfg'") == []

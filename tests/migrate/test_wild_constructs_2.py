@@ -154,6 +154,19 @@ def test_the_linked_paths_work_at_home(migrate_sources, run_cell_alone, home):
     assert "x,y" in output
 
 
+def test_a_path_through_a_root_link_inside_a_longer_string_is_reported(migrate_sources):
+    (_, new), findings = migrate_sources(
+        "!ln -s /content/drive/MyDrive /mydrive",
+        "opts = '--weights /mydrive/ckpt/last.pt --epochs 3'\n"
+        "line = f'save_dir=/mydrive/runs/{1}'\n"
+        "other = 'x=/mydrivers/y'")
+    assert "'--weights /mydrive/ckpt/last.pt --epochs 3'" in new and "other = 'x=/mydrivers/y'" in new
+    left = [f for f in findings if not f.applied]
+    assert [f.code for f in left] == ["CK108", "CK108"]
+    assert "/mydrive/ckpt/last.pt" in left[0].message and "colabkit.drive('ckpt/last.pt')" in left[0].manual
+    assert "/mydrive/runs/" in left[1].message
+
+
 def test_a_link_into_a_system_folder_is_reported(migrate_sources):
     (new,), findings = migrate_sources("!ln -s /content/drive/MyDrive/kaggle /root/.kaggle")
     left = [f for f in findings if not f.applied]

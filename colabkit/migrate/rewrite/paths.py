@@ -221,18 +221,33 @@ def _embedded(ctx, work, node, parent):
     values = [node.value] if isinstance(node, ast.Constant) else \
         [v.value for v in getattr(node, "values", []) if isinstance(v, ast.Constant) and isinstance(v.value, str)]
     for value in values:
-        match = EMBEDDED_PATH.search(value)
-        if match is None or classify_colab_path(match.group(0)) is None:
+        match, inner = _embedded_path(ctx, value)
+        if match is None:
             continue
         if _display_only(work, node):
             return
-        inner = classify_colab_path(match.group(0))
         func = "colabkit.drive" if inner.kind == "drive" else "colabkit.workdir"
         manual = (f"build this string with {func}({inner.rest!r}) in place of {match.group(0)}"
                   if inner.kind != "mountpoint" else R.BY_CODE["CK104"].manual)
         work.finding("CK108", node.lineno - 1, f"Colab path {match.group(0)} inside a longer string is left as "
                      f"it is", False, manual)
         return
+
+
+def _embedded_path(ctx, value):
+    """(match, path) of the first Colab path inside ``value``, or of a path through one of the notebook's root
+    links ('--cfg /mydrive/x.cfg', 'backup = /mydrive/backup'); (None, None) when there is none."""
+    match = EMBEDDED_PATH.search(value)
+    if match is not None:
+        found = classify_colab_path(match.group(0))
+        return (match, found) if found is not None else (None, None)
+    for link in ctx.links or ():
+        match = re.search(r"(?<=[\s:;,=(\[{'\"])" + re.escape(link) + r"(?:/[^\s:;,'\"]*)?(?=$|[\s:;,)\]}'\"])",
+                          value)
+        found = ctx.classify(match.group(0)) if match is not None else None
+        if found is not None:
+            return match, found
+    return None, None
 
 
 def _literal_replacement(work, node, value, found, func, parent):
