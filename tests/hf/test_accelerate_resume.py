@@ -378,6 +378,58 @@ def test_a_finished_run_says_so_and_trains_nothing(tmp_path, setup, capsys):
     assert torch.equal(model.weight, weights)
 
 
+def _seedable_run(directory, seed, interrupt_at=None):
+    """Dropout and accelerate's seedable sampler, in this process; ``interrupt_at``: (epoch, batch) where the
+    stop button is pressed. Returns (the batches trained, the final weights)."""
+    import random
+
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration
+
+    import colabkit
+    torch.manual_seed(seed)   # the sampler's seed is torch's initial seed: the resumed run's differs
+    random.seed(seed)
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    data = torch.utils.data.TensorDataset(torch.arange(40, dtype=torch.float32).reshape(20, 2))
+    model = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model, opt, loader = accelerator.prepare(model, opt, torch.utils.data.DataLoader(data, batch_size=4,
+                                                                                     shuffle=True))
+    ar = colabkit.hf.AccelerateResume(directory, accelerator, deadline=None)
+    seen = []
+    for epoch in ar.epochs(3):
+        for (x,) in ar.batches(loader):
+            opt.zero_grad()
+            accelerator.backward(model(x).square().mean())
+            opt.step()
+            seen.append((epoch, ar.batch, x[:, 0].tolist()))
+            if (epoch, ar.batch) == interrupt_at:
+                os.kill(os.getpid(), signal.SIGINT)
+    ar.close()
+    return seen, [p.detach().clone() for p in model.parameters()]
+
+
+def test_interrupt_mid_epoch_with_the_seedable_sampler_resumes_bit_exactly(tmp_path, ck_env, capsys):
+    """The stop button mid-epoch: saved, committed, KeyboardInterrupt; a re-run with another torch seed (so
+    another sampler seed, unless the saved one is restored) trains the uninterrupted run's batches and ends
+    bit-equal."""
+    want_seen, want = _seedable_run(tmp_path / "ref", seed=0)
+    with pytest.raises(KeyboardInterrupt):
+        _seedable_run(tmp_path / "run", seed=0, interrupt_at=(1, 2))
+    assert "SIGINT received: saved step 8 (committed to" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # handed back
+    seen, got = _seedable_run(tmp_path / "run", seed=123)
+    assert seen == [s for s in want_seen if s[:2] > (1, 2)]
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
+def test_importing_colabkit_hf_imports_neither_accelerate_nor_torch():
+    code = ("import sys, colabkit, colabkit.hf\nassert 'AccelerateResume' in dir(colabkit.hf)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'accelerate', 'transformers')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 if __name__ == "__main__":
     result = worker(json.loads(sys.argv[1]))
     if result is not None:
