@@ -38,7 +38,7 @@ _LAZY = {
     "health": ("colabkit.health", None),
     "torch": ("colabkit.torch", None),
     "torch_lightning": ("colabkit.torch_lightning", None),
-    "hf": ("colabkit.hf", None),                 # Hugging Face: the Trainer callback
+    "hf": ("colabkit.hf", None),                 # Hugging Face: Trainer callback, accelerate loops
     "keepalive": ("colabkit.keepalive", None),   # a callable module: colabkit.keepalive("60s")
     "presence": ("colabkit.presence", None),     # a callable module: colabkit.presence()
     "widgets": ("colabkit.widgets", None),

@@ -32,6 +32,13 @@ def _identity(st: os.stat_result) -> tuple:
     return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
+def _contents_identity(st: os.stat_result) -> tuple:
+    """What changes when a hard-linked file's contents are rewritten in place. Not its ctime: that also changes
+    when the program removes its own name for the file (a Trainer pruning old checkpoint-N folders, a save_state
+    folder deleted once it was taken), which leaves the contents the store linked as they were."""
+    return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns
+
+
 @dataclasses.dataclass
 class FilesSnapshot:
     """What ``take`` put in a checkpoint's staging folder, and what the linked files looked like then."""
@@ -93,7 +100,7 @@ def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool) 
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
                 raise
         else:
-            snap.linked[rel] = _identity(os.stat(dst))
+            snap.linked[rel] = _contents_identity(os.stat(dst))
             return
     _copy_consistently(src, dst)
 
@@ -117,7 +124,7 @@ def hash_linked(snap: FilesSnapshot, ckpt_dir: Path) -> dict:
     for rel, identity in snap.linked.items():
         path = ckpt_dir / rel
         digest, size = sha256_file(path, fsync=True)
-        if _identity(os.stat(path)) != identity or size != identity[2]:
+        if _contents_identity(os.stat(path)) != identity or size != identity[2]:
             raise SourceChanged(errno.EBUSY, f"{path.name} was rewritten in place while it was being committed; "
                                              f"this checkpoint is skipped and the previous one stays the newest")
         written[rel] = (digest, size)

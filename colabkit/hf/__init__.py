@@ -1,12 +1,15 @@
-"""`colabkit.hf`: crash-safe one-line exact resume for Hugging Face training (`AutoResume`, a Trainer callback).
+"""`colabkit.hf`: crash-safe one-line exact resume for Hugging Face training.
 
-    ar = colabkit.hf.AutoResume("drive:runs/llm", every="15min")
+    ar = colabkit.hf.AutoResume("drive:runs/llm", every="15min")          # a Trainer callback (TRL's trainers too)
     trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[ar])
     trainer.train(resume_from_checkpoint=ar.resume_from)
 
-The adapter's parts: trainer.py (AutoResume, the TrainerCallback: transformers' Trainer and the trainers built on
-it, such as TRL's SFTTrainer). Importing this package imports nothing heavy; transformers loads on first use of a
-name, and a missing one raises with the extra to install (``pip install "colabkit[hf]"``).
+    ar = colabkit.hf.AccelerateResume("drive:runs/lora", accelerator, save_freq=500, every="15min")   # accelerate loops
+
+The adapter's parts: trainer.py (AutoResume, the TrainerCallback), accelerate.py (AccelerateResume) and loader.py
+(its loaders' place). Importing this package imports nothing heavy: each name loads its module (and transformers,
+accelerate, PyTorch) on first use, and a missing one raises with the extra to install (``pip install
+"colabkit[hf]"``).
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import importlib
 # public name -> (module, attribute); resolved on first access (PEP 562)
 _LAZY = {
     "AutoResume": ("colabkit.hf.trainer", "AutoResume"),
-    "Stopped": ("colabkit.hf.trainer", "Stopped"),
+    "AccelerateResume": ("colabkit.hf.accelerate", "AccelerateResume"),
+    "Stopped": ("colabkit.torch.state", "Stopped"),
 }
 
 __all__ = list(_LAZY)

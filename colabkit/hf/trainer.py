@@ -31,6 +31,7 @@ from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
 from ..resume.signals import SignalLatch  # noqa: E402
+from ..torch.state import Stopped  # noqa: E402 - one Stopped for every PyTorch-based adapter
 from ..units import format_duration  # noqa: E402
 
 __all__ = ["AutoResume", "Stopped"]
@@ -42,16 +43,6 @@ _SIGNALS = (None, "SIGINT", "SIGTERM")   # codes the ranks of a distributed run 
 _REASONS = (None, "save_freq", "every", "deadline", "signal", "end of training")
 # what the Trainer's resume depends on besides the checkpoint: recorded with every save, compared at resume
 _SHAPE_ARGS = ("world_size", "per_device_train_batch_size", "gradient_accumulation_steps")
-
-
-class Stopped(Exception):
-    """Training was stopped before a deadline (the runtime cap, the idle cutoff, a time budget) once its
-    checkpoint was committed; ``trainer.train()`` raises it, so that the code after it (saving the "final" model,
-    evaluating, pushing to the Hub) and the notebook's later cells do not run on a partly trained model. Re-running
-    the cell resumes. In IPython it shows as one line, not a traceback."""
-
-    def _render_traceback_(self):   # IPython's hook: the message is the whole story (what was saved, what to do)
-        return [f"colabkit.hf.Stopped: {self}"]
 
 
 class AutoResume(transformers.TrainerCallback, RunAttributes):

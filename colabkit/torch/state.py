@@ -34,8 +34,8 @@ _DTYPES = {name: getattr(torch, name) for name in (
 
 class Stopped(Exception):
     """Training was stopped before a deadline (the runtime cap, the idle cutoff, a time budget) once its
-    checkpoint was saved and committed. Re-running the cell resumes. One class for `colabkit.torch` and
-    `colabkit.torch_lightning`. In IPython it shows as one line, not a traceback."""
+    checkpoint was saved and committed. Re-running the cell resumes. One class for `colabkit.torch`,
+    `colabkit.torch_lightning` and `colabkit.hf`. In IPython it shows as one line, not a traceback."""
 
     def _render_traceback_(self):   # IPython's hook: the message is the whole story (what was saved, what to do)
         return [f"colabkit.torch.Stopped: {self}"]

@@ -152,3 +152,16 @@ def test_careless_sources_get_an_error_naming_them(tmp_path, ck_env):
         with pytest.raises(ValueError, match="neither a folder nor a regular file"):
             ckpt.save_folder(1, tmp_path / "pipe")
     assert CheckpointFolder(tmp_path / "dest").committed() == []
+
+
+def test_a_folder_removed_right_after_save_folder_returned_is_committed(tmp_path, ck_env):
+    """Removing a linked file's other name changes its ctime and nothing else: the save must still commit (the
+    Trainer prunes old checkpoint-N folders; AccelerateResume deletes its save_state folder once taken)."""
+    source = trainer_folder(tmp_path / "out", 5)
+    want = tree(source)
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(5, source, link=True)
+        shutil.rmtree(source)
+        assert ckpt.wait(60), ckpt.status.last_error
+    restored = store(tmp_path, local="fresh").restore_folder()
+    assert restored.step == 5 and tree(restored.path) == want
