@@ -3,6 +3,7 @@ store with save_folder() and brought back with restore_folder(): committed whole
 two writes, restored on a fresh machine from the destination alone."""
 import os
 import shutil
+import time
 import types
 import warnings
 
@@ -152,3 +153,56 @@ def test_careless_sources_get_an_error_naming_them(tmp_path, ck_env):
         with pytest.raises(ValueError, match="neither a folder nor a regular file"):
             ckpt.save_folder(1, tmp_path / "pipe")
     assert CheckpointFolder(tmp_path / "dest").committed() == []
+
+
+def test_a_file_rewritten_in_place_all_the_time_is_never_committed_as_a_mix_of_two_writes(tmp_path, ck_env):
+    """A script rewrites last.pt in place, as torch.save does, many times a second: writes within one tick of the
+    kernel's file clock leave size and mtime as they were, and a write may stall half way (descheduled, waiting
+    for its disk). Every copy the store commits is one version; a copy taken mid-write is refused."""
+    import random
+    import threading
+    last = tmp_path / "run" / "last.pt"
+    last.parent.mkdir()
+    size = 64 * 1024
+    last.write_bytes(b"a" * size)
+    stop = threading.Event()
+
+    def script():
+        rng, version = random.Random(0), 0
+        while not stop.is_set():
+            version += 1
+            part = bytes([97 + version % 26]) * (size // 8)
+            fd = os.open(last, os.O_WRONLY)
+            try:
+                for k in range(8):
+                    os.pwrite(fd, part, k * len(part))
+                    if k == 3 and version % 5 == 0:
+                        time.sleep(0.15)   # stalled half way, longer than the quiet time
+            finally:
+                os.close(fd)
+            if version % 3 == 0:
+                time.sleep(rng.uniform(0.05, 0.15))
+
+    writer = threading.Thread(target=script)
+    writer.start()
+    saved = 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with store(tmp_path, keep=100) as ckpt:
+                deadline = time.monotonic() + 2.5
+                step = 0
+                while time.monotonic() < deadline:
+                    step += 1
+                    try:
+                        saved += ckpt.save_folder(step, last, link=False, wait=True)
+                    except OSError:
+                        pass   # refused: taken while it was being written
+    finally:
+        stop.set()
+        writer.join()
+    committed = CheckpointFolder(tmp_path / "dest").committed()
+    assert saved >= 1 and len(committed) == saved
+    for info in committed:
+        data = (info.path / "files" / "last.pt").read_bytes()
+        assert len(data) == size and len(set(data)) == 1, f"step {info.step} mixes two writes"
