@@ -74,17 +74,18 @@ def take(source: Path, into: Path, *, link: bool) -> FilesSnapshot:
     target = into / FILES / source.name
     target.parent.mkdir(parents=True, exist_ok=True)
     snap = FilesSnapshot(name=source.name, kind="folder" if source.is_dir() else "file")
-    busy = open_for_writing()
     if snap.kind == "file":
-        _take_file(source, target, f"{FILES}/{snap.name}", snap, link, busy)
+        _take_file(source, target, f"{FILES}/{snap.name}", snap, link)
+        _refuse_linked_if_open(snap, into)
         return snap
     for folder, dirs, files in os.walk(source, followlinks=False):
         rel_folder = Path(folder).relative_to(source)
         (target / rel_folder).mkdir(parents=True, exist_ok=True)
         for name in sorted(files):
             rel = Path(FILES, snap.name, rel_folder, name).as_posix()
-            _take_file(Path(folder, name), target / rel_folder / name, rel, snap, link, busy)
+            _take_file(Path(folder, name), target / rel_folder / name, rel, snap, link)
         dirs.sort()
+    _refuse_linked_if_open(snap, into)
     return snap
 
 
@@ -115,20 +116,28 @@ def open_for_writing() -> set | None:
     return found
 
 
-def _refuse_if_open(src: Path, st: os.stat_result, busy: set | None) -> None:
-    if busy is not None and (st.st_dev, st.st_ino) in busy:
+def _refuse_if_open(src: Path, identity: tuple, busy: set | None) -> None:
+    if busy is not None and (identity[1], identity[0]) in busy:
         raise SourceChanged(errno.EBUSY, f"{src} is open for writing (a program is still writing it); this "
                                          f"checkpoint is not taken")
 
 
-def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool, busy: set | None) -> None:
+def _refuse_linked_if_open(snap: FilesSnapshot, into: Path) -> None:
+    """After linking (each file quiet first): none may be held open for writing now, such as by a writer stalled
+    half way; a write that starts later changes the file's identity, which hash_linked checks."""
+    if snap.linked:
+        busy = open_for_writing()
+        for rel, identity in snap.linked.items():
+            _refuse_if_open(into / rel, identity, busy)
+
+
+def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool) -> None:
     try:
         st = os.stat(src)
     except FileNotFoundError:
         raise SourceChanged(errno.ENOENT, f"{src} disappeared while the checkpoint was being taken") from None
     if not stat.S_ISREG(st.st_mode):
         return
-    _refuse_if_open(src, st, busy)
     if link and not stat.S_ISLNK(os.lstat(src).st_mode):
         before = _quiet_identity(src)
         try:
@@ -161,12 +170,13 @@ def _quiet_identity(src: Path, attempt: int = 0) -> tuple:
 
 
 def _copy_consistently(src: Path, dst: Path) -> None:
-    """Copy ``src`` so that the copy is one version of it: taken while quiet (see QUIET_S), and copied again
-    when it changed during the copy or the copy's size is not the file's."""
+    """Copy ``src`` so that the copy is one version of it: taken while quiet (see QUIET_S) and not open for
+    writing, and copied again when it changed during the copy or the copy's size is not the file's."""
     for attempt in range(COPY_ATTEMPTS):
         before = _quiet_identity(src, attempt)
-        if attempt:   # it changed since take() looked: is a program writing it now?
-            _refuse_if_open(src, os.stat(src), open_for_writing())
+        # quiet, and nobody holds it open for writing (a writer stalled half way would): a write from now on
+        # gives it a newer mtime
+        _refuse_if_open(src, before, open_for_writing())
         shutil.copyfile(src, dst)
         if _identity(os.stat(src)) == before and os.stat(dst).st_size == before[2]:
             return
