@@ -206,3 +206,22 @@ def test_a_file_rewritten_in_place_all_the_time_is_never_committed_as_a_mix_of_t
     for info in committed:
         data = (info.path / "files" / "last.pt").read_bytes()
         assert len(data) == size and len(set(data)) == 1, f"step {info.step} mixes two writes"
+
+
+def test_restore_folder_asks_a_function_where_to_put_the_checkpoint(tmp_path, ck_env):
+    """``into`` may be a function of the verified checkpoint: a guard puts each one back where it came from."""
+    weights = tmp_path / "run" / "exp" / "weights" / "last.pt"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"epoch 3")
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(3, weights, link=False, info={"from": "exp/weights"}, wait=True)
+    seen = []
+
+    def where(restored):
+        seen.append((restored.step, restored.manifest["info"]["from"], restored.path.name))
+        return tmp_path / "fresh" / restored.manifest["info"]["from"]
+
+    restored = store(tmp_path, local="fresh-vm").restore_folder(into=where)
+    assert seen == [(3, "exp/weights", "last.pt")]
+    assert restored.path == tmp_path / "fresh" / "exp" / "weights" / "last.pt"
+    assert restored.path.read_bytes() == b"epoch 3"
