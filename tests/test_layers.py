@@ -15,7 +15,8 @@ LAYERS = [
     # portable: what a migrated notebook calls at run time (paths, Drive); migrate/ writes calls to it
     ("store, devices, Drive", ["colabkit.checkpoints", "colabkit.devices", "colabkit.gdrive", "colabkit.portable"]),
     ("resume core", ["colabkit.resume"]),
-    ("adapters, health, session", ["colabkit.keras", "colabkit.torch", "colabkit.torch_lightning", "colabkit.health",
+    ("adapters, health, session", ["colabkit.keras", "colabkit.torch", "colabkit.torch_lightning", "colabkit.guard",
+                                   "colabkit.health",
                                    "colabkit.presence", "colabkit.keepalive", "colabkit.keepalive_page"]),
     ("jobs, cluster, migrate", ["colabkit.jobs", "colabkit.cluster", "colabkit.migrate"]),
     ("skins", ["colabkit.magics", "colabkit.gpu_magics", "colabkit.cli", "colabkit.widgets", "colabkit.summary",
