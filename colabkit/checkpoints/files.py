@@ -169,6 +169,12 @@ def _quiet_identity(src: Path, attempt: int = 0) -> tuple:
                                      f"this checkpoint is not taken")
 
 
+def copy_consistently(src, dst) -> None:
+    """Copy the file ``src`` to ``dst`` as one version of it, as ``save_folder(link=False)`` takes a file:
+    SourceChanged when it kept changing or is held open for writing."""
+    _copy_consistently(Path(src), Path(dst))
+
+
 def _copy_consistently(src: Path, dst: Path) -> None:
     """Copy ``src`` so that the copy is one version of it: taken while quiet (see QUIET_S) and not open for
     writing, and copied again when it changed during the copy or the copy's size is not the file's."""
