@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from .. import config as _config
 from ..checkpoints.api import Checkpoints
 from ..deadline import MARGIN_FLOOR_S, watch_for
 from ..resume.run import Run
@@ -108,8 +109,10 @@ class Guard:
         self.record = Run(self, "colabkit guard", checkpoints=self.checkpoints, deadline=deadline,
                           margin_floor=floor, verbose=verbose)
         self.watcher = Watcher(self.watch, self.patterns, settle=self.settle)
+        staging = _config.load().resolved_cache_dir() / "guard"
+        staging.mkdir(parents=True, exist_ok=True)
         self.committer = Committer(self.watcher, self.checkpoints, every=self.every, say=self.say,
-                                   on_commit=self._committed)
+                                   on_commit=self._committed, staging=staging)
         self.latest: str | None = None      # the restored checkpoint's path, as {latest} gets it
         self._received: list[int] = []      # signals sent to the guard itself
 

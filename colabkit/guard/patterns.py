@@ -105,12 +105,15 @@ def step_in_name(name: str) -> int | None:
 
 
 def looks_whole(path) -> bool:
-    """Whether a checkpoint file is whole by its own format: a zip archive (torch.save, Lightning) needs its end
-    record, a pickle its final STOP opcode, a safetensors file the length its header gives; other files pass."""
+    """Whether a checkpoint file is whole by its own format (an empty file never is): a zip archive (torch.save,
+    Lightning) needs its end record, a pickle its final STOP opcode, a safetensors file the length its header
+    gives; other files pass."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)
             size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return False   # truncated for the next write, or never written: no checkpoint is empty
             if head[:4] == b"PK\x03\x04":
                 return zipfile.is_zipfile(fh)
             if head[:1] == b"\x80" and str(path).endswith((".pkl", ".pickle", ".pt", ".pth", ".ckpt")):
