@@ -196,8 +196,12 @@ class Guard:
     def _supervise(self, child: Child) -> tuple[int, bool]:
         last_deadline_check = 0.0
         while True:
-            code = child.wait(0.2)
+            code = child.poll()   # a plain sleep between looks: Popen.wait(timeout) wakes up every 50 ms
+            if code is None:
+                time.sleep(0.25)
+                code = child.poll()
             if code is not None:
+                code = child.wait()   # and its output copied through
                 gone = not child.tree_alive()
                 self.committer.commit_ready(writers_gone=gone)
                 child.kill_leftovers()
