@@ -29,6 +29,7 @@ _LAZY = {
     "checkpoints": ("colabkit.checkpoints", None),
     "gdrive": ("colabkit.gdrive", None),
     "jobs": ("colabkit.jobs", None),
+    "guard": ("colabkit.guard", None),
     "gpus": ("colabkit.devices", "gpus"),
     "use_gpus": ("colabkit.devices", "use_gpus"),
     "strategy": ("colabkit.devices", "strategy"),

@@ -47,6 +47,16 @@ def _cmd_run(args) -> int:
     return main_from_args(args)
 
 
+def _cmd_guard(args) -> int:
+    from .guard import run
+    from .guard.options import run_kwargs
+    command = args.passthrough or args.command_words
+    if not command:
+        raise ValueError("no training command: put it after --, e.g. colabkit guard --watch outputs/ --to "
+                         "drive:runs/lora -- python train.py")
+    return run(command[0] if len(command) == 1 and " " in command[0] else command, **run_kwargs(args))
+
+
 def _cmd_drive(args) -> int:
     from . import gdrive
     if args.drive_command == "login":
@@ -67,6 +77,80 @@ def _cmd_stage(args) -> int:
     from .gdrive.staging import stage
     print(stage(args.src, args.dst, checksum=args.checksum, workers=args.workers))
     return 0
+
+
+GUARD_HELP = """\
+Run a training command you do not edit and keep its checkpoints safe.
+
+Before launch, the newest verified checkpoint in --to is put back where it was under --watch, and --resume-arg
+is appended to the command with {latest} replaced by its path (nothing to restore: the argument is left out, or
+--fresh-arg is passed instead). While the command runs, each complete checkpoint it writes under --watch is
+committed to --to in the background (kept: --keep). Before the runtime's deadline (--deadline) the command gets
+--stop-signal and --grace to write its checkpoint; that is committed and uploaded, then the command is stopped
+and one line says how to resume. Ctrl-C / SIGTERM to the guard do the same. The exit status is the command's.
+
+Checkpoints (--pattern replaces these): folders checkpoint-* (HF Trainer, diffusers; complete once
+trainer_state.json or random_states_0.pkl exists), checkpoint_*, step_*, epoch_* (accelerate save_state;
+random_states_0.pkl); files *.ckpt (Lightning), last.pt, last.pth (YOLO, plain scripts),
+network-snapshot-*.pkl (StyleGAN). Complete = unchanged for --settle, whole in its format, not open for writing.
+
+examples:
+  colabkit guard --watch outputs/ --to drive:runs/lora \\
+      --resume-arg "--resume_from_checkpoint={latest}" -- accelerate launch train.py --output_dir outputs
+  colabkit guard --watch runs/train --to drive:runs/yolo --resume-arg "--resume {latest}" \\
+      -- python train.py --data coco128.yaml
+  colabkit guard --watch lightning_logs --to drive:runs/gan --pattern last.ckpt --deadline 11h30m \\
+      --resume-arg "--ckpt_path={latest}" --retries 2 -- python train.py
+"""
+
+
+def _split_guard(argv: list) -> tuple[list, list]:
+    """`colabkit guard [options] -- COMMAND ...`: (the guard's arguments, the command). Values of --resume-arg and
+    --fresh-arg may begin with a dash; they are glued to their option."""
+    from .guard.options import glue_values
+    at = argv.index("guard")
+    if "--" in argv[at:]:
+        cut = argv.index("--", at)
+        return glue_values(argv[:cut]), argv[cut + 1:]
+    return glue_values(argv), []
+
+
+def add_guard_arguments(p) -> None:
+    from .guard.api import DEFAULT_EVERY, DEFAULT_GRACE, DEFAULT_SETTLE
+    p.add_argument("--watch", required=True, metavar="FOLDER",
+                   help="the folder the command writes its checkpoints in (searched 6 levels deep)")
+    p.add_argument("--to", required=True, metavar="LOCATION",
+                   help='where checkpoints are committed: "drive:runs/lora", "gdrive://runs/lora" or a folder')
+    p.add_argument("--resume-arg", metavar="TEXT",
+                   help='appended to the command when a checkpoint was restored, {latest} replaced by its path, '
+                        'e.g. "--resume_from_checkpoint={latest}" or "--resume {latest}"')
+    p.add_argument("--fresh-arg", metavar="TEXT",
+                   help="appended instead when there is nothing to restore (default: nothing)")
+    p.add_argument("--pattern", action="append", metavar="GLOB",
+                   help='a checkpoint file or folder name (repeatable; replaces the defaults), e.g. "ckpt_*" or '
+                        '"weights/last.pt"')
+    p.add_argument("--marker", action="append", metavar="NAME",
+                   help="a file the command writes last in each checkpoint folder your --pattern matches "
+                        "(repeatable: any one of them)")
+    p.add_argument("--keep", type=int, default=None, help="committed checkpoints kept in --to (default: the keep "
+                                                          "setting, 3)")
+    p.add_argument("--settle", default=DEFAULT_SETTLE,
+                   help=f"a checkpoint is complete once unchanged this long (default {DEFAULT_SETTLE})")
+    p.add_argument("--every", default=DEFAULT_EVERY,
+                   help=f"how often --watch is looked at (default {DEFAULT_EVERY})")
+    p.add_argument("--deadline", default="auto",
+                   help='"auto" (Colab\'s runtime cap, the idle cutoff), a budget such as "11h30m", or "off"')
+    p.add_argument("--margin", default=None,
+                   help="how long before the deadline the command is stopped (default: 60s + --grace)")
+    p.add_argument("--stop-signal", default="SIGINT", metavar="SIGNAL",
+                   help="sent to the command before the deadline (default SIGINT, as Ctrl-C)")
+    p.add_argument("--grace", default=DEFAULT_GRACE,
+                   help=f"time for the command to write its checkpoint and exit after the signal, before "
+                        f"SIGTERM (and SIGKILL 10s later) (default {DEFAULT_GRACE})")
+    p.add_argument("--retries", type=int, default=0,
+                   help="relaunch after a non-zero exit the guard did not cause, from the newest committed "
+                        "checkpoint, at most this many times (default 0)")
+    p.add_argument("command_words", nargs="*", metavar="-- COMMAND", help="the training command, after --")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,6 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(p)
     p.set_defaults(func=_cmd_run)
 
+    p = sub.add_parser(
+        "guard", help="run a training script you do not edit: commit its checkpoints to Drive, resume after a new VM",
+        usage="colabkit guard --watch FOLDER --to LOCATION [options] -- COMMAND ...",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=GUARD_HELP)
+    add_guard_arguments(p)
+    p.set_defaults(func=_cmd_guard)
+
     from .migrate.cli import add_parser as add_migrate_parser  # `colabkit migrate`, see colabkit/migrate/cli.py
     add_migrate_parser(sub)
 
@@ -150,6 +242,8 @@ def main(argv=None) -> int:
     if "run" in argv and "--" in argv[argv.index("run"):]:  # `colabkit run JOB... -- ARGS`: ARGS go to the jobs
         cut = argv.index("--", argv.index("run"))
         argv, passthrough = argv[:cut], argv[cut + 1:]
+    elif argv[:1] == ["guard"]:   # `colabkit guard [options] -- COMMAND`
+        argv, passthrough = _split_guard(argv)
     args = parser.parse_args(argv)
     args.passthrough = passthrough
     if not getattr(args, "func", None):

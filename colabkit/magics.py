@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 
@@ -102,6 +102,57 @@ class ColabkitMagics(Magics):
         except (ConfigError, ValueError, OSError, ImportError) as exc:
             raise UsageError(f"%stage: {exc}") from None
 
+    @magic_arguments()
+    @argument("--watch", required=True, help="the folder the command writes its checkpoints in")
+    @argument("--to", required=True, help='where checkpoints are committed: "drive:runs/lora" or a folder')
+    @argument("--resume-arg", default=None,
+              help='appended when a checkpoint was restored, {latest} replaced by its path, e.g. '
+                   '"--resume_from_checkpoint={latest}"; with nothing to restore it is left out')
+    @argument("--fresh-arg", default=None, help="appended instead when there is nothing to restore")
+    @argument("--pattern", action="append", default=None,
+              help="a checkpoint file or folder name (repeatable; replaces the defaults: checkpoint-*, "
+                   "checkpoint_*, step_*, epoch_*, *.ckpt, last.pt, last.pth, network-snapshot-*.pkl)")
+    @argument("--marker", action="append", default=None,
+              help="a file written last in each folder your --pattern matches")
+    @argument("--keep", type=int, default=None, help="committed checkpoints kept (default: the keep setting)")
+    @argument("--settle", default="5s", help="complete once unchanged this long (default 5s)")
+    @argument("--every", default="2s", help="how often the folder is looked at (default 2s)")
+    @argument("--deadline", default="auto", help='"auto", a budget such as "11h30m", or "off"')
+    @argument("--margin", default=None, help="stop this long before the deadline (default 60s + --grace)")
+    @argument("--stop-signal", default="SIGINT", help="sent before the deadline (default SIGINT)")
+    @argument("--grace", default="2min", help="time to write the checkpoint and exit after the signal")
+    @argument("--retries", type=int, default=0, help="relaunches after a crash, from the newest checkpoint")
+    @cell_magic
+    def guard(self, line="", cell=""):
+        """Run the cell's shell command under colabkit's guard: the newest checkpoint in --to is restored into
+        --watch and passed to the command (--resume-arg), each checkpoint the command writes is committed to
+        --to, and before the runtime's deadline the command is stopped once its checkpoint is safe. Output
+        streams into the cell. Returns nothing; the exit status is shown when it is not 0.
+
+            %%guard --watch outputs/ --to drive:runs/lora --resume-arg "--resume_from_checkpoint={latest}"
+            accelerate launch train.py --output_dir outputs
+        """
+        import shlex
+
+        from .config import ConfigError
+        from .guard import run
+        from .guard.options import glue_values, run_kwargs
+        try:
+            args = self.guard.parser.parse_args(glue_values(shlex.split(line)))
+        except ValueError as exc:
+            raise UsageError(f"%%guard: {exc}") from None
+        command = cell.strip()   # run by the shell: line continuations and `&&` work as in a terminal
+        if not command:
+            raise UsageError("%%guard: the cell is empty: write the training command in it, below the "
+                             "%%guard line, e.g. python train.py --epochs 10")
+        args.pattern, args.marker = args.pattern or None, args.marker or ()
+        try:
+            status = run(command, **run_kwargs(args))
+        except (ConfigError, ValueError) as exc:
+            raise UsageError(f"%%guard: {exc}") from None
+        if status:
+            print(f"colabkit guard: the command ended with exit status {status}")
+
 
 def line_magic_names(magics_cls) -> list[str]:
     return list(magics_cls.magics["line"])
@@ -114,10 +165,11 @@ def load(shell) -> None:
 def unload(shell) -> None:
     """Remove exactly what `load` registered: the line magics and the Magics instance in the registry."""
     manager = shell.magics_manager
-    table = manager.magics["line"]
-    for name in line_magic_names(ColabkitMagics):
-        if _ours(getattr(table.get(name), "__self__", None)):
-            del table[name]
+    for kind in ("line", "cell"):
+        table = manager.magics[kind]
+        for name in list(ColabkitMagics.magics[kind]):
+            if _ours(getattr(table.get(name), "__self__", None)):
+                del table[name]
     if _ours(manager.registry.get(ColabkitMagics.__name__)):
         del manager.registry[ColabkitMagics.__name__]
 

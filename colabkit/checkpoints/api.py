@@ -501,7 +501,9 @@ class Checkpoints:
 
         into: a folder to put its files in, as ``into/<name>`` (the folder or file's own name, such as
         checkpoint-500 or last.pt); a different file or folder already there under that name is moved aside
-        to ``<name>.colabkit-replaced-N``, never deleted. None: the verified copy on local disk is used where
+        to ``<name>.colabkit-replaced-N``, never deleted. A function instead of a folder is called with the
+        verified ``Restored`` (its ``manifest["info"]`` holds what ``save_folder(info=...)`` recorded, such as
+        where the files came from) and returns the folder. None: the verified copy on local disk is used where
         it is (read it, do not write into it). ``Restored.path`` is the restored folder or file.
         check: as for ``restore()``. Damaged checkpoints are skipped as ``restore()`` skips them.
         A checkpoint saved with ``save()`` rather than ``save_folder()`` raises CheckpointError.
@@ -519,6 +521,8 @@ class Checkpoints:
             return None
         entry = _files.recorded(restored.state)
         path = restored.path / _files.FILES / entry["name"]
+        if callable(into):
+            into = into(dataclasses.replace(restored, path=path))
         if into is not None:
             _refuse_a_file(Path(into), f"into={into!r}")
             path = _files.place(restored.path, entry, Path(into))

@@ -6,6 +6,13 @@ Taking them must never commit a mix of two writes. On the calling thread each fi
 the staging folder (instant; the program that wrote it must not rewrite it in place, and if it does before it
 is hashed, the save is refused, not committed) or copied, with the file's identity (inode, size, mtime) read
 before and after the copy: a file rewritten during the copy is copied again.
+
+An identity only tells two writes apart when their timestamps differ, and the kernel stamps files from a clock
+that moves in ticks (milliseconds): a program that rewrites a small file in place many times a second leaves
+the same size and mtime after each write. So a file is taken only once its last change is older than QUIET_S
+(any later write then gets a newer mtime), and a copy must have the size the file had before and after it.
+A program stalled half way through a write (descheduled, waiting for its disk) leaves a file that looks quiet:
+where /proc lists open files (Linux), a file some process holds open for writing is not taken at all.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ from .manifest import sha256_file
 FILES = "files"                 # the program's files, under files/<name> in the checkpoint folder
 STATE_KEY = "colabkit.files"    # the state tree's record of them: {"name": ..., "kind": "folder" | "file"}
 COPY_ATTEMPTS = 5
+QUIET_S = 0.05       # far above the kernel's timestamp tick (1-10 ms): a later write gets a newer mtime
 
 
 class SourceChanged(OSError):
@@ -75,6 +83,7 @@ def take(source: Path, into: Path, *, link: bool) -> FilesSnapshot:
     snap = FilesSnapshot(name=source.name, kind="folder" if source.is_dir() else "file")
     if snap.kind == "file":
         _take_file(source, target, f"{FILES}/{snap.name}", snap, link)
+        _refuse_linked_if_open(snap, into)
         return snap
     for folder, dirs, files in os.walk(source, followlinks=False):
         rel_folder = Path(folder).relative_to(source)
@@ -83,7 +92,50 @@ def take(source: Path, into: Path, *, link: bool) -> FilesSnapshot:
             rel = Path(FILES, snap.name, rel_folder, name).as_posix()
             _take_file(Path(folder, name), target / rel_folder / name, rel, snap, link)
         dirs.sort()
+    _refuse_linked_if_open(snap, into)
     return snap
+
+
+def open_for_writing() -> set | None:
+    """(st_dev, st_ino) of every file that a process this user can see holds open for writing, read from
+    /proc (Linux); None where there is no /proc to read. One stat per open descriptor."""
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    found = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in found:
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as fh:
+                    flags = next((int(line.split()[1], 8) for line in fh if line.startswith("flags:")), 0)
+            except (OSError, ValueError, IndexError):
+                continue
+            if flags & (os.O_WRONLY | os.O_RDWR):
+                found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def _refuse_if_open(src: Path, identity: tuple, busy: set | None) -> None:
+    if busy is not None and (identity[1], identity[0]) in busy:
+        raise SourceChanged(errno.EBUSY, f"{src} is open for writing (a program is still writing it); this "
+                                         f"checkpoint is not taken")
+
+
+def _refuse_linked_if_open(snap: FilesSnapshot, into: Path) -> None:
+    """After linking (each file quiet first): none may be held open for writing now, such as by a writer stalled
+    half way; a write that starts later changes the file's identity, which hash_linked checks."""
+    if snap.linked:
+        busy = open_for_writing()
+        for rel, identity in snap.linked.items():
+            _refuse_if_open(into / rel, identity, busy)
 
 
 def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool) -> None:
@@ -94,23 +146,52 @@ def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool) 
     if not stat.S_ISREG(st.st_mode):
         return
     if link and not stat.S_ISLNK(os.lstat(src).st_mode):
+        before = _quiet_identity(src)
         try:
             os.link(src, dst)
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
                 raise
         else:
+            linked = _identity(os.stat(dst))   # the link itself changes ctime, nothing else
+            if linked[:4] != before[:4]:
+                raise SourceChanged(errno.EBUSY, f"{src} changed while it was being taken; this checkpoint is not "
+                                                 f"taken")
+            # its mtime is older than QUIET_S: a write from now on changes it (see QUIET_S)
             snap.linked[rel] = _contents_identity(os.stat(dst))
             return
     _copy_consistently(src, dst)
 
 
+def _quiet_identity(src: Path, attempt: int = 0) -> tuple:
+    """``src``'s identity once its last change is older than QUIET_S (waiting for that, a few times), so that
+    any later write gives it another identity. SourceChanged when it keeps changing."""
+    for tries in range(attempt, COPY_ATTEMPTS):
+        st = os.stat(src)
+        age = time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9
+        if age > QUIET_S:
+            return _identity(st)
+        time.sleep(max(QUIET_S - age, 0.0) + 0.01 * (tries + 1))
+    raise SourceChanged(errno.EBUSY, f"{src} kept changing while it was being taken ({COPY_ATTEMPTS} attempts); "
+                                     f"this checkpoint is not taken")
+
+
+def copy_consistently(src, dst) -> None:
+    """Copy the file ``src`` to ``dst`` as one version of it, as ``save_folder(link=False)`` takes a file:
+    SourceChanged when it kept changing or is held open for writing."""
+    _copy_consistently(Path(src), Path(dst))
+
+
 def _copy_consistently(src: Path, dst: Path) -> None:
-    """Copy ``src`` so that the copy is one version of it: copied again when it changed during the copy."""
+    """Copy ``src`` so that the copy is one version of it: taken while quiet (see QUIET_S) and not open for
+    writing, and copied again when it changed during the copy or the copy's size is not the file's."""
     for attempt in range(COPY_ATTEMPTS):
-        before = _identity(os.stat(src))
+        before = _quiet_identity(src, attempt)
+        # quiet, and nobody holds it open for writing (a writer stalled half way would): a write from now on
+        # gives it a newer mtime
+        _refuse_if_open(src, before, open_for_writing())
         shutil.copyfile(src, dst)
-        if _identity(os.stat(src)) == before:
+        if _identity(os.stat(src)) == before and os.stat(dst).st_size == before[2]:
             return
         time.sleep(0.05 * (attempt + 1))
     raise SourceChanged(errno.EBUSY, f"{src} kept changing while it was copied ({COPY_ATTEMPTS} attempts); this "

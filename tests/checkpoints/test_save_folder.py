@@ -3,6 +3,7 @@ store with save_folder() and brought back with restore_folder(): committed whole
 two writes, restored on a fresh machine from the destination alone."""
 import os
 import shutil
+import time
 import types
 import warnings
 
@@ -165,3 +166,78 @@ def test_a_folder_removed_right_after_save_folder_returned_is_committed(tmp_path
         assert ckpt.wait(60), ckpt.status.last_error
     restored = store(tmp_path, local="fresh").restore_folder()
     assert restored.step == 5 and tree(restored.path) == want
+
+
+def test_a_file_rewritten_in_place_all_the_time_is_never_committed_as_a_mix_of_two_writes(tmp_path, ck_env):
+    """A script rewrites last.pt in place, as torch.save does, many times a second: writes within one tick of the
+    kernel's file clock leave size and mtime as they were, and a write may stall half way (descheduled, waiting
+    for its disk). Every copy the store commits is one version; a copy taken mid-write is refused."""
+    import random
+    import threading
+    last = tmp_path / "run" / "last.pt"
+    last.parent.mkdir()
+    size = 64 * 1024
+    last.write_bytes(b"a" * size)
+    stop = threading.Event()
+
+    def script():
+        rng, version = random.Random(0), 0
+        while not stop.is_set():
+            version += 1
+            part = bytes([97 + version % 26]) * (size // 8)
+            fd = os.open(last, os.O_WRONLY)
+            try:
+                for k in range(8):
+                    os.pwrite(fd, part, k * len(part))
+                    if k == 3 and version % 5 == 0:
+                        time.sleep(0.15)   # stalled half way, longer than the quiet time
+            finally:
+                os.close(fd)
+            if version % 3 == 0:
+                time.sleep(rng.uniform(0.05, 0.15))
+
+    writer = threading.Thread(target=script)
+    saved = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with store(tmp_path, keep=100) as ckpt:
+            writer.start()
+            try:
+                deadline = time.monotonic() + 2.5
+                step = 0
+                while time.monotonic() < deadline:
+                    step += 1
+                    try:
+                        saved += ckpt.save_folder(step, last, link=False, wait=True)
+                    except OSError:
+                        pass   # refused: taken while it was being written
+            finally:
+                stop.set()
+                writer.join()
+            # once the script has stopped writing, the file is taken at once
+            assert ckpt.save_folder(step + 1, last, link=False, wait=True)
+            saved += 1
+    committed = CheckpointFolder(tmp_path / "dest").committed()
+    assert len(committed) == saved
+    for info in committed:
+        data = (info.path / "files" / "last.pt").read_bytes()
+        assert len(data) == size and len(set(data)) == 1, f"step {info.step} mixes two writes"
+
+
+def test_restore_folder_asks_a_function_where_to_put_the_checkpoint(tmp_path, ck_env):
+    """``into`` may be a function of the verified checkpoint: a guard puts each one back where it came from."""
+    weights = tmp_path / "run" / "exp" / "weights" / "last.pt"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"epoch 3")
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(3, weights, link=False, info={"from": "exp/weights"}, wait=True)
+    seen = []
+
+    def where(restored):
+        seen.append((restored.step, restored.manifest["info"]["from"], restored.path.name))
+        return tmp_path / "fresh" / restored.manifest["info"]["from"]
+
+    restored = store(tmp_path, local="fresh-vm").restore_folder(into=where)
+    assert seen == [(3, "exp/weights", "last.pt")]
+    assert restored.path == tmp_path / "fresh" / "exp" / "weights" / "last.pt"
+    assert restored.path.read_bytes() == b"epoch 3"
