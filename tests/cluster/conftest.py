@@ -174,7 +174,8 @@ ip link set lo up
 ray start --head --port={PORT} {common} --num-gpus=0 --num-cpus=1 --include-dashboard=false \
     --temp-dir={temp} > {base}/head.log 2>&1
 for n in $(seq 1 {workers}); do
-  unshare --uts sh -c "hostname ckbox-$n && exec ray start --address=127.0.0.1:{PORT} {common} \
+  # each machine has its own /tmp, so its own GPU claims (colabkit.devices.claims)
+  unshare --uts sh -c "hostname ckbox-$n && COLABKIT_GPU_CLAIMS={base}/gpu-claims-ckbox-$n exec ray start --address=127.0.0.1:{PORT} {common} \
       --num-gpus={gpus} --num-cpus=2" > {base}/worker-$n.log 2>&1
 done
 touch {ready}
