@@ -142,6 +142,7 @@ class Checkpoints:
         self._seq = 0
         self._snapshot_buffers = SnapshotBuffers()   # host buffers save_snapshot copies into, reused
         self.last_snapshot_s: float | None = None
+        self._said_copied = False     # save_folder copied (not linked) files: said once
         _OPEN.add(self)
 
     def __repr__(self):
@@ -216,26 +217,29 @@ class Checkpoints:
             return True
         return self._waited(wait)
 
-    def save_folder(self, step: int, source, *, link: bool = True, epoch=None, batch=None, info: dict | None = None,
-                    wait: bool | float = False) -> bool:
+    def save_folder(self, step: int, source, *, link: bool = True, closed: bool = False, epoch=None, batch=None,
+                    info: dict | None = None, wait: bool | float = False) -> bool:
         """Checkpoint a folder or a file that another program wrote as ``step``: a Trainer's ``checkpoint-500``,
         an accelerate ``save_state`` folder, a script's ``last.pt``. It is committed, verified, uploaded and
         kept like any checkpoint, under its own name; ``restore_folder()`` brings it back. Returns once the
         files are taken (the rest is background); ``wait`` as for ``save``.
 
-        link: hard-link the files into the staging folder where the filesystem allows it, which costs nothing
-        whatever their size. For programs that write each checkpoint's files once (a Trainer's checkpoint-N
-        folders): a file rewritten in place before the background thread has hashed it makes that save fail
-        with a warning (the previous checkpoint stays the newest), never commit a mix of two writes.
+        link: hard-link the files into the staging folder where the filesystem allows it, which costs the
+        calling thread nothing whatever their size; the background thread then gives the checkpoint copies of its
+        own, hashing them on the way. For programs that write each checkpoint's files once (a Trainer's
+        checkpoint-N folders): a file rewritten in place before that copy is done makes that save fail with a
+        warning (the previous checkpoint stays the newest), never commit a mix of two writes. Where the staging
+        folder is on another filesystem the files are copied on the calling thread (said once, with the fix).
         False: copy the files on the calling thread, each copied again if it changed during its copy (a file a
-        script rewrites in place, such as last.pt). Linked files stay shared with the program's folder in the
-        local staging copy: a later rewrite in place damages that copy, which restore then detects and skips
-        for the destination's.
+        script rewrites in place, such as last.pt).
+        closed: the caller knows every file is written whole and closed (it wrote them itself and returned, as
+        a Trainer's on_save): the checks for another program still writing them (a quiet time, open files in
+        /proc) are skipped.
         """
         source = _files.check_source(source)
         # without a destination of its own, the staging folder holds the only copy: it must not share files
         link = link and self.dest is not None
-        self._submit(step, None, files=(source, link), epoch=epoch, batch=batch, info=info, copy_arrays=False,
+        self._submit(step, None, files=(source, link, closed), epoch=epoch, batch=batch, info=info, copy_arrays=False,
                      release=None)
         return self._waited(wait)
 
@@ -293,7 +297,13 @@ class Checkpoints:
                 if files is None:
                     _state.write_trackables(snap, local_dir)
                 else:
-                    taken = _files.take(files[0], local_dir, link=files[1])
+                    taken = _files.take(files[0], local_dir, link=files[1], closed=files[2])
+                    if taken.copied_instead and not self._said_copied:
+                        self._said_copied = True
+                        self._warn(f"{files[0]} is on another filesystem than the staging folder {self.local.path}, "
+                                   f"so each checkpoint of it is copied while the caller waits instead of linked; "
+                                   f"put the two on one filesystem (local_dir=, or the cache_dir setting) to "
+                                   f"save without that wait")
                     snap = _state.snapshot(taken.state())
             except BaseException:
                 try:

@@ -3,9 +3,10 @@ folder, a script's ``last.pt``. They are taken into a checkpoint as they are, un
 state.json that names them; the manifest then covers every byte like any other checkpoint.
 
 Taking them must never commit a mix of two writes. On the calling thread each file is either hard-linked into
-the staging folder (instant; the program that wrote it must not rewrite it in place, and if it does before it
-is hashed, the save is refused, not committed) or copied, with the file's identity (inode, size, mtime) read
-before and after the copy: a file rewritten during the copy is copied again.
+the staging folder (instant; the background thread then copies it to a file of the checkpoint's own while
+hashing it, so a committed checkpoint never shares a file with the program; if the program rewrites it in
+place before that copy is done, the save is refused, not committed) or copied, with the file's identity
+(inode, size, mtime) read before and after the copy: a file rewritten during the copy is copied again.
 
 An identity only tells two writes apart when their timestamps differ, and the kernel stamps files from a clock
 that moves in ticks (milliseconds): a program that rewrites a small file in place many times a second leaves
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 from .manifest import sha256_file
+from .storage import copy_file
 
 FILES = "files"                 # the program's files, under files/<name> in the checkpoint folder
 STATE_KEY = "colabkit.files"    # the state tree's record of them: {"name": ..., "kind": "folder" | "file"}
@@ -53,6 +55,7 @@ class FilesSnapshot:
     name: str
     kind: str                                   # "folder" or "file"
     linked: dict = dataclasses.field(default_factory=dict)   # name in the checkpoint -> identity when linked
+    copied_instead: int = 0   # files copied on the calling thread because the filesystem refused a link
 
     def state(self) -> dict:
         return {STATE_KEY: {"name": self.name, "kind": self.kind}}
@@ -74,25 +77,29 @@ def check_source(source) -> Path:
     return path
 
 
-def take(source: Path, into: Path, *, link: bool) -> FilesSnapshot:
+def take(source: Path, into: Path, *, link: bool, closed: bool = False) -> FilesSnapshot:
     """Put ``source`` (a folder or a file) into ``into / FILES / source.name``: hard links when ``link`` and the
     filesystem allows them, copies otherwise. Symbolic links inside a folder are copied as the files they point
-    to (a checkpoint holds no links); anything that is not a regular file or folder is left out."""
+    to (a checkpoint holds no links); anything that is not a regular file or folder is left out.
+    ``closed``: the caller knows every file is written whole and closed (it wrote them itself and returned),
+    so the checks for a writer still at work (a quiet time, open files in /proc) are skipped."""
     target = into / FILES / source.name
     target.parent.mkdir(parents=True, exist_ok=True)
     snap = FilesSnapshot(name=source.name, kind="folder" if source.is_dir() else "file")
     if snap.kind == "file":
-        _take_file(source, target, f"{FILES}/{snap.name}", snap, link)
-        _refuse_linked_if_open(snap, into)
+        _take_file(source, target, f"{FILES}/{snap.name}", snap, link, closed)
+        if not closed:
+            _refuse_linked_if_open(snap, into)
         return snap
     for folder, dirs, files in os.walk(source, followlinks=False):
         rel_folder = Path(folder).relative_to(source)
         (target / rel_folder).mkdir(parents=True, exist_ok=True)
         for name in sorted(files):
             rel = Path(FILES, snap.name, rel_folder, name).as_posix()
-            _take_file(Path(folder, name), target / rel_folder / name, rel, snap, link)
+            _take_file(Path(folder, name), target / rel_folder / name, rel, snap, link, closed)
         dirs.sort()
-    _refuse_linked_if_open(snap, into)
+    if not closed:
+        _refuse_linked_if_open(snap, into)
     return snap
 
 
@@ -138,7 +145,7 @@ def _refuse_linked_if_open(snap: FilesSnapshot, into: Path) -> None:
             _refuse_if_open(into / rel, identity, busy)
 
 
-def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool) -> None:
+def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool, closed: bool) -> None:
     try:
         st = os.stat(src)
     except FileNotFoundError:
@@ -146,12 +153,13 @@ def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool) 
     if not stat.S_ISREG(st.st_mode):
         return
     if link and not stat.S_ISLNK(os.lstat(src).st_mode):
-        before = _quiet_identity(src)
+        before = _identity(os.stat(src)) if closed else _quiet_identity(src)
         try:
             os.link(src, dst)
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
                 raise
+            snap.copied_instead += 1
         else:
             linked = _identity(os.stat(dst))   # the link itself changes ctime, nothing else
             if linked[:4] != before[:4]:
@@ -160,7 +168,18 @@ def _take_file(src: Path, dst: Path, rel: str, snap: FilesSnapshot, link: bool) 
             # its mtime is older than QUIET_S: a write from now on changes it (see QUIET_S)
             snap.linked[rel] = _contents_identity(os.stat(dst))
             return
-    _copy_consistently(src, dst)
+    if closed:
+        _copy_closed(src, dst)
+    else:
+        _copy_consistently(src, dst)
+
+
+def _copy_closed(src: Path, dst: Path) -> None:
+    """Copy a file its writer has closed; SourceChanged if it changed during the copy all the same."""
+    before = _identity(os.stat(src))
+    shutil.copyfile(src, dst)
+    if _identity(os.stat(src)) != before or os.stat(dst).st_size != before[2]:
+        raise SourceChanged(errno.EBUSY, f"{src} changed while it was copied; this checkpoint is not taken")
 
 
 def _quiet_identity(src: Path, attempt: int = 0) -> tuple:
@@ -199,15 +218,20 @@ def _copy_consistently(src: Path, dst: Path) -> None:
 
 
 def hash_linked(snap: FilesSnapshot, ckpt_dir: Path) -> dict:
-    """Hash (and fsync) the hard-linked files, then check that none was rewritten in place since it was linked:
-    {relative name: (sha256 hex, size)} for the manifest. Raises SourceChanged when one was."""
+    """Give each hard-linked file a copy of its own, hashed (and fsynced) on the way, in place of the link, then
+    check that the program did not rewrite it in place meanwhile: {relative name: (sha256 hex, size)} for the
+    manifest. Raises SourceChanged when one was rewritten. Runs on the background thread: once committed, the
+    checkpoint shares no file with the program, whose later writes can then never damage it."""
     written = {}
     for rel, identity in snap.linked.items():
         path = ckpt_dir / rel
-        digest, size = sha256_file(path, fsync=True)
+        private = path.with_name(f".{path.name}.colabkit-copy")
+        digest, size = copy_file(path, private, durable=True, digest=True)
         if _contents_identity(os.stat(path)) != identity or size != identity[2]:
+            private.unlink()
             raise SourceChanged(errno.EBUSY, f"{path.name} was rewritten in place while it was being committed; "
                                              f"this checkpoint is skipped and the previous one stays the newest")
+        os.replace(private, path)
         written[rel] = (digest, size)
     return written
 

@@ -419,7 +419,8 @@ class AccelerateResume(RunAttributes):
                                           f"strings, lists and dicts there; register objects with "
                                           f"accelerator.register_for_checkpointing. Nothing was saved.") from None
                 (folder / POSITION).write_text(text, encoding="utf-8")
-                ok = self.checkpoints.save_folder(self.step, folder, link=True, epoch=self.epoch, batch=self.batch,
+                ok = self.checkpoints.save_folder(self.step, folder, link=True, closed=True, epoch=self.epoch,
+                                                  batch=self.batch,
                                                   info={"reason": reason}, wait=wait)
             except Exception as exc:  # noqa: BLE001 - raised on every process by _settle
                 error = exc

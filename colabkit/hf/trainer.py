@@ -233,7 +233,8 @@ class AutoResume(transformers.TrainerCallback, RunAttributes):
             wait = self._final_wait_s()
         info = {"reason": reason, "trainer": self._trainer_name, "folder": folder.name,
                 "args": {name: getattr(args, name, None) for name in _SHAPE_ARGS}}
-        committed = self.checkpoints.save_folder(step, folder, epoch=epoch, batch=batch, info=info, wait=wait)
+        committed = self.checkpoints.save_folder(step, folder, closed=True, epoch=epoch, batch=batch, info=info,
+                                                 wait=wait)
         self._last_save = (step, time.time())
         kind = "deadline-save" if deadline is not None else "save"
         self._event(kind, f"step {step} ({self._position(epoch, batch)}, {reason})")

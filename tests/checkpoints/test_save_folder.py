@@ -66,14 +66,14 @@ def test_a_linked_file_rewritten_in_place_before_it_is_hashed_is_never_committed
     with store(tmp_path) as ckpt:
         ckpt.save_folder(1, good, wait=True)
     bad = trainer_folder(out, 2)
-    real_hash = files_module.sha256_file
+    real_copy = files_module.copy_file
 
-    def program_rewrites_then_hash(path, **kw):   # the program rewrites its file in place at the worst moment
+    def program_rewrites_then_copy(path, *args, **kw):   # the program rewrites its file in place at the worst moment
         with open(bad / "model.safetensors", "r+b") as fh:
             fh.write(b"half of another write")
-        return real_hash(path, **kw)
+        return real_copy(path, *args, **kw)
 
-    monkeypatch.setattr(files_module, "sha256_file", program_rewrites_then_hash)
+    monkeypatch.setattr(files_module, "copy_file", program_rewrites_then_copy)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with store(tmp_path) as ckpt:
@@ -241,3 +241,37 @@ def test_restore_folder_asks_a_function_where_to_put_the_checkpoint(tmp_path, ck
     assert seen == [(3, "exp/weights", "last.pt")]
     assert restored.path == tmp_path / "fresh" / "exp" / "weights" / "last.pt"
     assert restored.path.read_bytes() == b"epoch 3"
+
+
+def test_a_committed_checkpoint_shares_no_file_with_the_program_that_wrote_it(tmp_path, ck_env):
+    """Linked on the calling thread, the files get copies of their own before the commit: the program rewriting
+    its files in place afterwards (a same-step save, a fixed-name folder) damages nothing committed, locally or
+    at the destination."""
+    folder = trainer_folder(tmp_path / "out", 3)
+    want = tree(folder)
+    with store(tmp_path) as ckpt:
+        ckpt.save_folder(3, folder, closed=True, wait=True)
+        for f in folder.rglob("*"):
+            if f.is_file():
+                with open(f, "r+b") as fh:
+                    fh.write(b"rewritten in place later")
+        local = ckpt.restore_folder()
+        assert local.source == "local" and tree(local.path) == want
+    assert tree(store(tmp_path, local="fresh").restore_folder().path) == want
+
+
+def test_files_on_another_filesystem_are_copied_and_said_once(tmp_path, ck_env, monkeypatch):
+    import errno as errno_module
+
+    def no_links(src, dst):
+        raise OSError(errno_module.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(files_module.os, "link", no_links)
+    out = tmp_path / "out"
+    with pytest.warns(RuntimeWarning, match="another filesystem") as caught:
+        with store(tmp_path) as ckpt:
+            ckpt.save_folder(1, trainer_folder(out, 1), closed=True, wait=True)
+            ckpt.save_folder(2, trainer_folder(out, 2), closed=True, wait=True)
+    assert sum("another filesystem" in str(w.message) for w in caught) == 1
+    monkeypatch.undo()
+    assert tree(store(tmp_path, local="fresh").restore_folder().path) == tree(out / "checkpoint-2")
