@@ -90,9 +90,12 @@ class Child:
                 self.proc.send_signal(sig)
             return
         self.pids |= descendants(self.proc.pid)
+        # once each: the group gets it from killpg; a process of the group signalled again would have its
+        # ``except KeyboardInterrupt: save()`` interrupted by the second one
+        outside = [pid for pid in self.pids if _group_of(pid) not in (None, self.proc.pid)]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
-        for pid in self.pids:
+        for pid in outside:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
@@ -150,6 +153,13 @@ def _pump(src, name: str) -> None:
         if not chunk:
             break
     src.close()
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def descendants(pid: int) -> set:
