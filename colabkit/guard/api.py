@@ -203,7 +203,12 @@ class Guard:
             if code is not None:
                 code = child.wait()   # and its output copied through
                 gone = not child.tree_alive()
-                self.committer.commit_ready(writers_gone=gone)
+                if gone:
+                    self.committer.commit_ready(writers_gone=True, alive_until=child.last_alive, clean=code == 0)
+                else:
+                    self.committer.commit_ready()
+                    child.kill_leftovers()   # workers it left: what they finished before is taken, not more
+                    self.committer.commit_ready(writers_gone=True, alive_until=child.last_alive)
                 child.kill_leftovers()
                 return code, False
             if self._received:
@@ -224,14 +229,15 @@ class Guard:
     def _stop(self, child: Child, sig: int, reason: str) -> int:
         """Signal the script, wait for its checkpoint (or its exit) up to the grace time, commit and upload it,
         then end the script; its return code."""
-        before = self.committer.commits
+        existing = {entry[0] for entry in self.watcher.entries()}   # what its final checkpoint is not
         self.say(f"{reason}: sending {signal.Signals(sig).name} to the training and waiting up to "
                  f"{format_duration(self.grace)} for its checkpoint")
         child.signal(sig)
-        self.committer.settled_after(before, self.grace, done=lambda: not child.tree_alive())
+        self.committer.settled_after(existing, self.grace, done=lambda: not child.tree_alive(),
+                                     alive_until=lambda: child.last_alive, clean=lambda: child.poll() == 0)
         uploaded = self.checkpoints.wait(final_wait_s(self._estimate()))
         code = child.terminate(KILL_TIMEOUT_S) if child.tree_alive() else child.wait()
-        self.committer.commit_ready(writers_gone=True)
+        self.committer.commit_ready(writers_gone=True, alive_until=child.last_alive, clean=code == 0)
         uploaded = self.checkpoints.wait(final_wait_s(self._estimate())) and uploaded
         self.record.event("stop", reason)
         self.say(self._resume_line(reason, uploaded))

@@ -56,3 +56,36 @@ def test_a_shell_command_saving_on_keyboard_interrupt_gets_one_sigint_and_its_sa
     restored = _restore(dest, tmp_path, monkeypatch)
     assert (restored.path / "trainer_state.json").exists()
 
+
+def test_a_periodic_checkpoint_settling_at_the_stop_does_not_cut_the_final_save_short(tmp_path):
+    dest, watch, marks = tmp_path / "dest", tmp_path / "out", tmp_path / "marks"
+    marks.mkdir()
+    # settle 2 s: checkpoint-1 (written just before "ready") is still settling when the guard gets SIGINT
+    args = guard_args(watch, dest, "--grace", "40s", "--settle", "2", "--", sys.executable, STOPPER, "periodic",
+                      "--out", str(watch), "--marks", str(marks), "--dest", str(dest), resume=None)
+    guard = start(args, vm_env(tmp_path, "vm"), tmp_path, "vm")
+    wait_until(lambda: (marks / "ready").exists(), 30, "the script started", guard)
+    guard.send_signal(signal.SIGINT)   # Ctrl-C to the guard
+    assert guard.wait(60) == 0, output(tmp_path, "vm")
+    out, err = output(tmp_path, "vm")
+    assert not (marks / "terminated").exists(), err
+    assert "saved step 2 on SIGINT" in out, err
+    assert [c.step for c in committed(dest)] == [1, 2], err
+    assert "step 2 (checkpoint-2) is in" in err
+
+
+def test_a_folder_the_script_died_in_the_middle_of_is_not_committed_and_the_exit_says_where_the_checkpoint_is(
+        tmp_path, monkeypatch):
+    """accelerate writes random_states_0.pkl before custom_checkpoint_0.pkl: a script killed between the two
+    leaves a folder with its marker that load_state cannot load. A fresh VM must get the whole step_1."""
+    dest, watch, marks = tmp_path / "dest", tmp_path / "out", tmp_path / "marks"
+    marks.mkdir()
+    args = guard_args(watch, dest, "--", sys.executable, STOPPER, "accel", "--out", str(watch), "--marks",
+                      str(marks), "--dest", str(dest), resume=None)
+    guard = start(args, vm_env(tmp_path, "vm"), tmp_path, "vm")
+    assert guard.wait(60) == 1, output(tmp_path, "vm")
+    _, err = output(tmp_path, "vm")
+    assert (watch / "step_2" / "random_states_0.pkl").exists()
+    assert [c.step for c in committed(dest)] == [1], err
+    restored = _restore(dest, tmp_path, monkeypatch)
+    assert restored.step == 1 and (restored.path / "custom_checkpoint_0.pkl").exists()
