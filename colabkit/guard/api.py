@@ -157,6 +157,7 @@ class Guard:
 
     # -- the run -----------------------------------------------------------------------------------------
     def run(self) -> int:
+        close_timeout = 60.0
         try:
             self.restore()
             self.watcher.baseline()
@@ -164,13 +165,19 @@ class Guard:
             while True:
                 code, stopped = self._attempt(attempt)
                 if stopped or code == 0 or attempt >= self.retries:
+                    if not stopped:   # as after a stop: its upload waited for, and where it is said
+                        uploaded = self.checkpoints.wait(final_wait_s(self._estimate()))
+                        self.say(self._resume_line(f"the training ended with {_describe(code)}", uploaded,
+                                                   stopped=False))
+                        if not uploaded:   # waited for already: said where it is, not waited for again
+                            close_timeout = 1.0
                     return exit_status(code)
                 attempt += 1
                 self.say(f"the training ended with {_describe(code)}; relaunching ({attempt} of {self.retries})")
                 self.checkpoints.wait(final_wait_s(self._estimate()))
                 self.restore()
         finally:
-            self.checkpoints.close()
+            self.checkpoints.close(timeout=close_timeout)
 
     def _attempt(self, attempt: int) -> tuple[int, bool]:
         """One launch: (return code, whether the guard stopped it)."""
@@ -243,16 +250,17 @@ class Guard:
         self.say(self._resume_line(reason, uploaded))
         return code
 
-    def _resume_line(self, reason: str, uploaded: bool) -> str:
+    def _resume_line(self, reason: str, uploaded: bool, *, stopped: bool = True) -> str:
         last = self.committer.last
+        head = f"stopped ({reason})" if stopped else reason
         if last is None and self.latest is None:
-            return (f"stopped ({reason}); the training wrote no complete checkpoint, so nothing is in {self.to}: "
+            return (f"{head}; the training wrote no complete checkpoint, so nothing is in {self.to}: "
                     f"a new run starts from the beginning.")
         step, rel = last if last is not None else (self.committer.highest_step, os.path.relpath(self.latest,
                                                                                               self.watch))
         where = "is in" if uploaded else "is committed locally and NOT yet uploaded to"
         passes = " ".join(_resume_tokens(self.resume_arg, os.path.join(str(self.watch), rel), "resume_arg"))
-        return (f"stopped ({reason}); step {step} ({rel}) {where} {self.to}. To resume, run the same command "
+        return (f"{head}; step {step} ({rel}) {where} {self.to}. To resume, run the same command "
                 f"again: it restores {rel} into {self.watch} and passes {passes or 'no resume argument'}.")
 
     def _estimate(self) -> float:

@@ -89,3 +89,4 @@ def test_a_folder_the_script_died_in_the_middle_of_is_not_committed_and_the_exit
     assert [c.step for c in committed(dest)] == [1], err
     restored = _restore(dest, tmp_path, monkeypatch)
     assert restored.step == 1 and (restored.path / "custom_checkpoint_0.pkl").exists()
+    assert f"the training ended with exit status 1; step 1 (step_1) is in {dest}" in err
