@@ -133,13 +133,16 @@ class Guard:
 
         def into(restored):
             rel = _recorded_path(restored.manifest.get("info", {}), restored.path.name)
-            placed["rel"] = rel
-            return self.watch / posixpath.dirname(rel) if posixpath.dirname(rel) else self.watch
+            folder = self.watch / posixpath.dirname(rel) if posixpath.dirname(rel) else self.watch
+            placed["rel"], placed["folder"] = rel, folder
+            placed["aside"] = _moved_aside(folder, restored.path.name)
+            return folder
 
         restored = self.checkpoints.restore_folder(into=into)
         if restored is None:
             return None
         rel = placed["rel"]
+        aside = sorted(_moved_aside(placed["folder"], restored.path.name) - placed["aside"])
         fp = fingerprint(restored.path, restored.path.is_dir())
         if fp is not None:
             self.watcher.mark_done(rel, fp)
@@ -148,6 +151,10 @@ class Guard:
         self.latest = os.path.join(str(self.watch), *rel.split("/"))
         self.record.event("restore", f"step {restored.step} ({rel}) from {restored.source}")
         self.say(f"restored step {restored.step} ({rel}) from {self.to} into {self.watch}")
+        for name in aside:
+            moved = posixpath.join(posixpath.dirname(rel), name)
+            self.say(f"{rel} in {self.watch} differed from the committed checkpoint: it was moved aside to "
+                     f"{moved} (not deleted), and the verified step {restored.step} is resumed")
         return self.latest
 
     def arguments(self) -> list[str]:
@@ -286,6 +293,14 @@ class Guard:
     def _restore_handlers(self, previous) -> None:
         for sig, handler in (previous or {}).items():
             signal.signal(sig, handler)
+
+
+def _moved_aside(folder: Path, name: str) -> set:
+    """Names in ``folder`` that a restore moved a differing ``name`` aside to (NAME.colabkit-replaced-N)."""
+    try:
+        return {n for n in os.listdir(folder) if n.startswith(f"{name}.colabkit-replaced-")}
+    except OSError:
+        return set()
 
 
 def _recorded_path(info: dict, name: str) -> str:

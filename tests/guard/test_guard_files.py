@@ -1,5 +1,7 @@
-"""Checkpoint files the guard takes: a torch.save file in the legacy format (_use_new_zipfile_serialization=False)
-is committed and a fresh VM loads it; a file is copied once (its private copy is what the store takes, linked)."""
+"""Checkpoint files the guard takes and puts back: a file already in the watched folder that differs from the
+committed checkpoint is moved aside at restore, and the guard says so; a torch.save file in the legacy format
+(_use_new_zipfile_serialization=False) is committed and a fresh VM loads it; a file is copied once (its private
+copy is what the store takes, linked)."""
 import subprocess
 import sys
 import zipfile
@@ -15,6 +17,29 @@ WRITE_ZIP = ("import sys, os, zipfile; os.makedirs(sys.argv[1], exist_ok=True); 
 def _guard(tmp_path, vm, watch, dest, *command):
     return subprocess.run(guard_args(watch, dest, "--", *command, resume="--resume {latest}"),
                           env=vm_env(tmp_path, vm), capture_output=True, text=True, timeout=120)
+
+
+def test_a_differing_file_in_the_way_of_the_restore_is_moved_aside_and_the_guard_says_so(tmp_path):
+    dest = tmp_path / "dest"
+    done = _guard(tmp_path, "vm1", tmp_path / "vm1", dest, sys.executable, "-c", WRITE_ZIP, str(tmp_path / "vm1"),
+                  "committed")
+    assert done.returncode == 0, done.stderr
+    assert [c.step for c in committed(dest)] == [0]
+    assert f"the training ended with exit status 0; step 0 (last.pt) is in {dest}" in done.stderr
+
+    watch = tmp_path / "vm2"
+    watch.mkdir()
+    with zipfile.ZipFile(watch / "last.pt", "w") as zf:   # the user's own, different last.pt
+        zf.writestr("v", "mine")
+    done = _guard(tmp_path, "vm2", watch, dest, sys.executable, "-c", "print('ran')")
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(watch / "last.pt") as zf:
+        assert zf.read("v") == b"committed"
+    with zipfile.ZipFile(watch / "last.pt.colabkit-replaced-1") as zf:
+        assert zf.read("v") == b"mine"
+    assert (f"last.pt in {watch} differed from the committed checkpoint: it was moved aside to "
+            "last.pt.colabkit-replaced-1 (not deleted), and the verified step 0 is resumed") \
+        in done.stderr
 
 
 def test_a_legacy_format_torch_save_is_committed_and_a_fresh_vm_loads_it(tmp_path, monkeypatch):
