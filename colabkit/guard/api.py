@@ -133,13 +133,16 @@ class Guard:
 
         def into(restored):
             rel = _recorded_path(restored.manifest.get("info", {}), restored.path.name)
-            placed["rel"] = rel
-            return self.watch / posixpath.dirname(rel) if posixpath.dirname(rel) else self.watch
+            folder = self.watch / posixpath.dirname(rel) if posixpath.dirname(rel) else self.watch
+            placed["rel"], placed["folder"] = rel, folder
+            placed["aside"] = _moved_aside(folder, restored.path.name)
+            return folder
 
         restored = self.checkpoints.restore_folder(into=into)
         if restored is None:
             return None
         rel = placed["rel"]
+        aside = sorted(_moved_aside(placed["folder"], restored.path.name) - placed["aside"])
         fp = fingerprint(restored.path, restored.path.is_dir())
         if fp is not None:
             self.watcher.mark_done(rel, fp)
@@ -148,6 +151,10 @@ class Guard:
         self.latest = os.path.join(str(self.watch), *rel.split("/"))
         self.record.event("restore", f"step {restored.step} ({rel}) from {restored.source}")
         self.say(f"restored step {restored.step} ({rel}) from {self.to} into {self.watch}")
+        for name in aside:
+            moved = posixpath.join(posixpath.dirname(rel), name)
+            self.say(f"{rel} in {self.watch} differed from the committed checkpoint: it was moved aside to "
+                     f"{moved} (not deleted), and the verified step {restored.step} is resumed")
         return self.latest
 
     def arguments(self) -> list[str]:
@@ -157,6 +164,7 @@ class Guard:
 
     # -- the run -----------------------------------------------------------------------------------------
     def run(self) -> int:
+        close_timeout = 60.0
         try:
             self.restore()
             self.watcher.baseline()
@@ -164,13 +172,19 @@ class Guard:
             while True:
                 code, stopped = self._attempt(attempt)
                 if stopped or code == 0 or attempt >= self.retries:
+                    if not stopped:   # as after a stop: its upload waited for, and where it is said
+                        uploaded = self.checkpoints.wait(final_wait_s(self._estimate()))
+                        self.say(self._resume_line(f"the training ended with {_describe(code)}", uploaded,
+                                                   stopped=False))
+                        if not uploaded:   # waited for already: said where it is, not waited for again
+                            close_timeout = 1.0
                     return exit_status(code)
                 attempt += 1
                 self.say(f"the training ended with {_describe(code)}; relaunching ({attempt} of {self.retries})")
                 self.checkpoints.wait(final_wait_s(self._estimate()))
                 self.restore()
         finally:
-            self.checkpoints.close()
+            self.checkpoints.close(timeout=close_timeout)
 
     def _attempt(self, attempt: int) -> tuple[int, bool]:
         """One launch: (return code, whether the guard stopped it)."""
@@ -203,7 +217,12 @@ class Guard:
             if code is not None:
                 code = child.wait()   # and its output copied through
                 gone = not child.tree_alive()
-                self.committer.commit_ready(writers_gone=gone)
+                if gone:
+                    self.committer.commit_ready(writers_gone=True, alive_until=child.last_alive, clean=code == 0)
+                else:
+                    self.committer.commit_ready()
+                    child.kill_leftovers()   # workers it left: what they finished before is taken, not more
+                    self.committer.commit_ready(writers_gone=True, alive_until=child.last_alive)
                 child.kill_leftovers()
                 return code, False
             if self._received:
@@ -224,29 +243,31 @@ class Guard:
     def _stop(self, child: Child, sig: int, reason: str) -> int:
         """Signal the script, wait for its checkpoint (or its exit) up to the grace time, commit and upload it,
         then end the script; its return code."""
-        before = self.committer.commits
+        existing = {entry[0] for entry in self.watcher.entries()}   # what its final checkpoint is not
         self.say(f"{reason}: sending {signal.Signals(sig).name} to the training and waiting up to "
                  f"{format_duration(self.grace)} for its checkpoint")
         child.signal(sig)
-        self.committer.settled_after(before, self.grace, done=lambda: not child.tree_alive())
+        self.committer.settled_after(existing, self.grace, done=lambda: not child.tree_alive(),
+                                     alive_until=lambda: child.last_alive, clean=lambda: child.poll() == 0)
         uploaded = self.checkpoints.wait(final_wait_s(self._estimate()))
         code = child.terminate(KILL_TIMEOUT_S) if child.tree_alive() else child.wait()
-        self.committer.commit_ready(writers_gone=True)
+        self.committer.commit_ready(writers_gone=True, alive_until=child.last_alive, clean=code == 0)
         uploaded = self.checkpoints.wait(final_wait_s(self._estimate())) and uploaded
         self.record.event("stop", reason)
         self.say(self._resume_line(reason, uploaded))
         return code
 
-    def _resume_line(self, reason: str, uploaded: bool) -> str:
+    def _resume_line(self, reason: str, uploaded: bool, *, stopped: bool = True) -> str:
         last = self.committer.last
+        head = f"stopped ({reason})" if stopped else reason
         if last is None and self.latest is None:
-            return (f"stopped ({reason}); the training wrote no complete checkpoint, so nothing is in {self.to}: "
+            return (f"{head}; the training wrote no complete checkpoint, so nothing is in {self.to}: "
                     f"a new run starts from the beginning.")
         step, rel = last if last is not None else (self.committer.highest_step, os.path.relpath(self.latest,
                                                                                               self.watch))
         where = "is in" if uploaded else "is committed locally and NOT yet uploaded to"
         passes = " ".join(_resume_tokens(self.resume_arg, os.path.join(str(self.watch), rel), "resume_arg"))
-        return (f"stopped ({reason}); step {step} ({rel}) {where} {self.to}. To resume, run the same command "
+        return (f"{head}; step {step} ({rel}) {where} {self.to}. To resume, run the same command "
                 f"again: it restores {rel} into {self.watch} and passes {passes or 'no resume argument'}.")
 
     def _estimate(self) -> float:
@@ -272,6 +293,14 @@ class Guard:
     def _restore_handlers(self, previous) -> None:
         for sig, handler in (previous or {}).items():
             signal.signal(sig, handler)
+
+
+def _moved_aside(folder: Path, name: str) -> set:
+    """Names in ``folder`` that a restore moved a differing ``name`` aside to (NAME.colabkit-replaced-N)."""
+    try:
+        return {n for n in os.listdir(folder) if n.startswith(f"{name}.colabkit-replaced-")}
+    except OSError:
+        return set()
 
 
 def _recorded_path(info: dict, name: str) -> str:

@@ -63,16 +63,20 @@ class Child:
                 t.start()
                 self._pumps.append(t)
         self.pids: set[int] = set()   # every process seen below it, for the final SIGKILL
+        self.last_alive = time.monotonic()   # the last time it (or a process of its group) was seen running
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def poll(self) -> int | None:
-        return self.proc.poll()
+        code = self.proc.poll()
+        if code is None:
+            self.last_alive = time.monotonic()
+        return code
 
     def running(self) -> bool:
-        return self.proc.poll() is None
+        return self.poll() is None
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:
@@ -90,9 +94,12 @@ class Child:
                 self.proc.send_signal(sig)
             return
         self.pids |= descendants(self.proc.pid)
+        # once each: the group gets it from killpg; a process of the group signalled again would have its
+        # ``except KeyboardInterrupt: save()`` interrupted by the second one
+        outside = [pid for pid in self.pids if _group_of(pid) not in (None, self.proc.pid)]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
-        for pid in self.pids:
+        for pid in outside:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
 
@@ -121,9 +128,13 @@ class Child:
 
     def tree_alive(self) -> bool:
         """Whether the process or anything of its group is still running (an exited main process can leave
-        workers writing)."""
-        if self.running():
+        workers writing). ``last_alive`` keeps the last time it was."""
+        if self.running() or self._group_alive():
+            self.last_alive = time.monotonic()
             return True
+        return False
+
+    def _group_alive(self) -> bool:
         if not hasattr(os, "killpg"):
             return False
         try:
@@ -150,6 +161,13 @@ def _pump(src, name: str) -> None:
         if not chunk:
             break
     src.close()
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def descendants(pid: int) -> set:

@@ -29,7 +29,7 @@ import re
 import struct
 import zipfile
 
-__all__ = ["DEFAULT_PATTERNS", "Pattern", "patterns_from", "step_in_name"]
+__all__ = ["DEFAULT_PATTERNS", "NOT_LAST_MARKERS", "Pattern", "patterns_from", "step_in_name", "whole_state"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +49,9 @@ class Pattern:
 
 
 ACCELERATE_MARKERS = ("random_states_0.pkl",)
+# markers that exist before the folder is whole: accelerate writes random_states_0.pkl, then custom objects
+# (custom_checkpoint_<i>.pkl), and other ranks their random_states_<rank>.pkl; the settle time covers them
+NOT_LAST_MARKERS = frozenset(ACCELERATE_MARKERS)
 DEFAULT_PATTERNS = (
     Pattern("checkpoint-*", "folder", ("trainer_state.json", *ACCELERATE_MARKERS), "HF Trainer, diffusers scripts"),
     Pattern("checkpoint_*", "folder", ACCELERATE_MARKERS, "accelerate automatic_checkpoint_naming"),
@@ -105,27 +108,110 @@ def step_in_name(name: str) -> int | None:
 
 
 def looks_whole(path) -> bool:
-    """Whether a checkpoint file is whole by its own format (an empty file never is): a zip archive (torch.save,
-    Lightning) needs its end record, a pickle its final STOP opcode, a safetensors file the length its header
-    gives; other files pass."""
+    """Whether a checkpoint file may be whole (see ``whole_state``): everything but a file shown to be partial."""
+    return whole_state(path) != "partial"
+
+
+def whole_state(path) -> str:
+    """What a checkpoint file's own format says of it: "whole" (a zip archive (torch.save, Lightning) with its
+    end record, a pickle ending in its STOP opcode, a safetensors file as long as its header says, a legacy
+    torch.save file whose storages are all there), "partial" (an empty file, or one of those formats cut
+    short), or "unchecked" (a format without an end to check: the settle time alone decides)."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)
             size = os.fstat(fh.fileno()).st_size
             if size == 0:
-                return False   # truncated for the next write, or never written: no checkpoint is empty
+                return "partial"   # truncated for the next write, or never written: no checkpoint is empty
             if head[:4] == b"PK\x03\x04":
-                return zipfile.is_zipfile(fh)
+                return "whole" if zipfile.is_zipfile(fh) else "partial"
             if head[:1] == b"\x80" and str(path).endswith((".pkl", ".pickle", ".pt", ".pth", ".ckpt")):
                 fh.seek(size - 1)
-                return fh.read(1) == b"."
+                if fh.read(1) == b".":
+                    return "whole"
+                fh.seek(0)
+                return _legacy_torch_state(fh, size)
             if str(path).endswith(".safetensors") and len(head) == 8:
                 (n,) = struct.unpack("<Q", head)
                 if n > size - 8 or n > 100_000_000:
-                    return False
+                    return "partial"
                 header = json.loads(fh.read(n))
                 end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-                return size == 8 + n + end
+                return "whole" if size == 8 + n + end else "partial"
     except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error):
-        return False
-    return True
+        return "partial"
+    return "unchecked"
+
+
+# torch.save(..., _use_new_zipfile_serialization=False): five pickles (a magic number, the protocol version, the
+# system's sizes, the object with its storages as persistent ids, the storages' keys), then each storage as an
+# 8-byte element count and its raw bytes
+_LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
+_ELEMENT_SIZE = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+                 "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "QInt8": 1, "QUInt8": 1,
+                 "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8}
+
+
+def _legacy_torch_state(fh, size: int) -> str:
+    """"whole", "partial" or "unchecked" for a file that starts as a pickle but does not end as one: a legacy
+    torch.save file is checked storage by storage without running anything it holds (every class it names is
+    read as a stand-in); any other such file is "partial"."""
+    import pickle
+
+    storages = {}
+
+    class Stub:
+        def __new__(cls, *args, **kwargs):
+            return object.__new__(cls)
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, *args, **kwargs):
+            return Stub()
+
+        def __setstate__(self, state):
+            pass
+
+        def __setitem__(self, key, value):
+            pass
+
+        def append(self, value):
+            pass
+
+        def extend(self, values):
+            pass
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module, name):
+            return type(name, (Stub,), {"qualified": f"{module}.{name}"})
+
+        def persistent_load(self, pid):
+            if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
+                storages[str(pid[2])] = (getattr(pid[1], "qualified", ""), pid[4])
+            return Stub()
+
+    try:
+        if Reader(fh).load() != _LEGACY_MAGIC:
+            return "partial"
+        for _ in range(3):   # protocol version, system info, the object
+            Reader(fh).load()
+        keys = Reader(fh).load()
+    except Exception:  # noqa: BLE001 - whatever a cut-short or foreign pickle raises, it is not whole
+        return "partial"
+    if not isinstance(keys, list) or any(k not in storages for k in keys):
+        return "unchecked"
+    offset = fh.tell()
+    for key in keys:
+        kind, numel = storages[key]
+        element = _ELEMENT_SIZE.get(kind.rsplit(".", 1)[-1][: -len("Storage")]) if kind.endswith("Storage") else None
+        if element is None or not isinstance(numel, int):
+            return "unchecked"
+        fh.seek(offset)
+        count = fh.read(8)
+        if len(count) < 8 or struct.unpack("<q", count)[0] != numel:
+            return "partial"
+        offset += 8 + numel * element
+        if offset > size:
+            return "partial"
+    return "whole" if offset == size else "partial"

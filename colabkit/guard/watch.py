@@ -5,7 +5,8 @@ A checkpoint is complete when its contents (every file's size, mtime and inode) 
 settle time, a folder holds one of its pattern's markers (the file its writer puts last), a file looks whole in
 its own format (patterns.looks_whole), and no process holds one of its files open for writing (Linux /proc).
 A folder or file seen before the guard started (or restored by it) counts as new again only once it changes.
-The guard only reads the folder: it never moves, deletes or writes the script's files.
+While the training runs the guard only reads the folder; a restore before launch moves a differing file or
+folder aside (NAME.colabkit-replaced-N), never deletes one.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..checkpoints.files import open_for_writing
-from .patterns import Pattern, ignored, looks_whole, step_in_name
+from .patterns import NOT_LAST_MARKERS, Pattern, ignored, looks_whole, step_in_name, whole_state
 
 __all__ = ["Candidate", "Watcher"]
 
@@ -98,9 +99,14 @@ class Watcher:
     def mark_done(self, rel: str, fp: tuple) -> None:
         self._done[rel] = fp
 
-    def complete(self, now: float | None = None, *, writers_gone: bool = False) -> list[Candidate]:
-        """New complete checkpoints, lowest step first. ``writers_gone``: the training has exited, so nothing
-        is being written: the settle time is not waited for (a marker is still required)."""
+    def complete(self, now: float | None = None, *, writers_gone: bool = False, alive_until: float | None = None,
+                 clean: bool = False) -> list[Candidate]:
+        """New complete checkpoints, lowest step first. ``writers_gone``: the training has exited (it was last
+        seen running at ``alive_until``, monotonic), so nothing is being written any more: a checkpoint counts
+        when its contents prove it whole (a marker written last, such as trainer_state.json; a file's end
+        record), when it was unchanged for the settle time while the writer still ran, or when the training
+        exited by itself with status 0 (``clean``). A folder the writer died in the middle of (accelerate writes
+        random_states_0.pkl before custom_checkpoint_0.pkl) is never taken."""
         now = time.monotonic() if now is None else now
         ready = []
         for rel, path, is_dir, pattern in self.entries():
@@ -109,13 +115,17 @@ class Watcher:
                 continue
             seen = self._seen.get(rel)
             if seen is None or seen[0] != fp:
-                self._seen[rel] = (fp, now)
+                seen = self._seen[rel] = (fp, now)
                 if not writers_gone:
                     continue
             elif now - seen[1] < self.settle and not writers_gone:
                 continue
             if is_dir and not _has_marker(path, pattern) or not is_dir and not looks_whole(path):
                 continue
+            if writers_gone and not clean:
+                stable = alive_until is not None and alive_until - seen[1] >= self.settle
+                if not stable and not _proves_whole(path, is_dir, pattern):
+                    continue
             ready.append(Candidate(path, rel, is_dir, step_in_name(path.name), fp))
         if ready and not writers_gone:
             busy = open_for_writing() or set()
@@ -125,6 +135,15 @@ class Watcher:
 
 def _has_marker(path: Path, pattern: Pattern) -> bool:
     return not pattern.markers or any((path / m).is_file() for m in pattern.markers)
+
+
+def _proves_whole(path: Path, is_dir: bool, pattern: Pattern) -> bool:
+    """Whether its contents alone show that its writer finished it: a folder with a marker that is written last
+    (not accelerate's random_states_0.pkl, which comes before custom_checkpoint_<i>.pkl and other ranks' files),
+    a file whose format has an end to check (zip, pickle, safetensors)."""
+    if is_dir:
+        return any(m not in NOT_LAST_MARKERS and (path / m).is_file() for m in pattern.markers)
+    return whole_state(path) == "whole"
 
 
 def _open_in(candidate: Candidate, busy: set) -> bool:

