@@ -509,6 +509,14 @@ def test_claims_that_say_pid_1_or_programs_of_unknown_memory_do_not_hide_strange
     assert "pid 4000000, memory use unknown" in busy[gpu.uuid], busy
 
 
+def test_a_bare_number_above_1_is_no_share(fake_gpus):
+    fake_gpus("shared_box")
+    for share in (2, "2", 2.5):
+        with pytest.raises(ValueError, match=r"share=.*2.*at most 1.*share=\"2(\.5)?GiB\""):
+            colabkit.use_gpus(1, share=share)
+    assert claims.read_view() is None or claims.read_view().claims == []
+
+
 def test_the_claim_folder_appears_with_mode_1777(tmp_path, monkeypatch):
     made = []
     real_mkdir = os.mkdir
