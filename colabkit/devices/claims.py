@@ -321,21 +321,26 @@ class Folder:
     def _open_table(self) -> int:
         flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
         where = self.path / "table"
-        try:
-            fd = os.open("table", os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644, dir_fd=self.fd)
-        except FileExistsError:
-            pass
-        except PermissionError:
-            raise self._cannot_write() from None
-        except OSError as exc:
-            raise ClaimFolderError(f"cannot make {where}: {exc.strerror or exc}.") from None
-        else:
+        if not os.path.lexists(where):   # made under a temporary name, 0644 whatever the umask, then linked in
+            tmp = f".table-new-{secrets.token_hex(8)}"
             try:
-                os.fchmod(fd, 0o644)   # whatever the umask: every user of the machine opens it
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644, dir_fd=self.fd)
+            except PermissionError:
+                raise self._cannot_write() from None
+            except OSError as exc:
+                raise ClaimFolderError(f"cannot make {where}: {exc.strerror or exc}.") from None
+            try:
+                os.fchmod(fd, 0o644)
+                os.link(tmp, "table", src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+                return fd
+            except FileExistsError:
+                os.close(fd)   # another process made it meanwhile: open theirs
             except BaseException:
                 os.close(fd)
                 raise
-            return fd
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=self.fd)
         for mode in (os.O_RDWR, os.O_RDONLY):   # another user's: reading is enough to flock it
             try:
                 return os.open("table", mode | flags, dir_fd=self.fd)
