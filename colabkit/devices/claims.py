@@ -10,9 +10,16 @@ The folder (setting ``gpu_claims``: ``auto`` is /tmp/colabkit-gpu-claims, made w
   the holder's pid, what it runs (notebook name or command) and since when. Its holder keeps it flock'ed
   (LOCK_EX) for as long as the claim lasts; a file nobody holds is a claim that ended, whatever it says. The
   owner shown is the file's owner (fstat), not what the file claims.
-- ``wait-<ticket>-<pid>-<token>.json``: one per process waiting in line, held the same way. Tickets are drawn
-  under the table lock from a clock that only goes forward, so their order is the order of arrival; a request
-  is served only when nobody who came earlier is still waiting (first come, first served, across users).
+- ``wait-<ticket>-<pid>-<token>.json``: one per process waiting in line, held the same way, saying what it waits
+  for (the GPUs it could use, whole or a share). Tickets are drawn under the table lock from a clock that only
+  goes forward, so their order is the order of arrival. First come, first served, GPU by GPU, across users: a
+  GPU someone earlier in line could take now is kept for them; a request for other GPUs is served at once. (A
+  place in line that does not say what it waits for, from an older colabkit, holds back every later request.)
+- ``.new-*``: a claim or place in line being made: locked and written under this name, then renamed into
+  place, so that readers never find a claim unlocked.
+
+A claim belongs to the process that made it: a child made with fork() does not hold it (its descriptors are
+closed in the child) and cannot release it; it works under it as any child does ($COLABKIT_GPU_CLAIM).
 
 Safety against other users of the machine: the folder is opened without following links (O_NOFOLLOW |
 O_DIRECTORY) and every file relative to it, without following links and non-blocking (a FIFO planted under
