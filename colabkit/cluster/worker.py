@@ -185,5 +185,6 @@ def _claim_gpus(ids: list, spec: dict, log_path: Path):
 
     _, claim = gpu_claims.acquire(choose, path=where, wait=float("inf"), retry=(devices.GPUsTaken,), say=say,
                                       what=f"colabkit run --cluster job {spec['name']}",
-                                      request=f"GPU {','.join(ids)} (given by Ray)")
+                                      request=f"GPU {','.join(ids)} (given by Ray)",
+                                      want=gpu_claims.want_of(chosen, fraction=fraction))
     return claim

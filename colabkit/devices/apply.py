@@ -41,8 +41,12 @@ def use_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = Tru
     life of this process (a later call replaces the claim; ``use_gpus(0)`` drops it). A count or "auto" never
     picks a GPU another process claimed, nor one a program without a claim keeps busy. When none is free:
     wait=False raises GPUsTaken naming who holds what; wait=True (or a duration, "30min") waits in line, first
-    come first served across processes and users, with a message; Ctrl-C leaves the line.
-    share: a size ("12GiB") or fraction (0.5) of each chosen GPU's memory instead of the whole GPU: counted in
+    come first served across processes and users, with a message; Ctrl-C leaves the line. A GPU someone earlier
+    in line waits for and could take now is kept for them; requests for other GPUs go ahead. A call that has to
+    wait gives up this process's earlier claim when it joins the line (holding it while waiting for more could
+    deadlock two processes), so after a wait that ends without GPUs the process holds none.
+    share: a size ("12GiB") or fraction (0 < share <= 1, or "50%") of each chosen GPU's memory instead of the
+    whole GPU (a number above 1 is refused, not taken for bytes): counted in
     the claims, so several processes share one GPU, and applied to TensorFlow (logical-device memory limit),
     PyTorch (per-process memory fraction) and JAX.
 
@@ -59,13 +63,13 @@ def use_gpus(request="auto", *, min_free=None, max_util=None, strict: bool = Tru
     where = claims.folder()
     old = state.current.claim
     claim = None
-    if where is None:   # no claims (Colab, Kaggle, setting off): the choice alone, as always
-        inventory = gpus(processes=False)
+    inventory = gpus(processes=where is not None, claims=False)
+    if where is None or not inventory:   # no claims (Colab, Kaggle, setting off, no GPU): the choice alone
         choice = select_gpus(request, min_free=min_free, max_util=max_util, strict=strict, inventory=inventory)
     else:
         inventory, choice, claim = _choose_and_claim(request, where, what, min_free=min_free, max_util=max_util,
                                                      strict=strict, wait_s=wait_s, share_bytes=share_bytes,
-                                                     fraction=fraction, old=old)
+                                                     fraction=fraction, old=old, inventory=inventory)
     if choice.leave_env:
         log.warning("colabkit: %s", choice.note)  # the CPU path: one line, environment left alone
         _swap_claim(old, None)
@@ -123,11 +127,12 @@ def _wait_seconds(wait, what: str) -> float | None:
 
 
 def _choose_and_claim(request, where, what: str, *, min_free, max_util, strict, wait_s, share_bytes, fraction,
-                      old):
+                      old, inventory):
     """(inventory, choice, new Claim or None): choose among the GPUs nobody else holds, and claim them in one
     step under the claim table's lock (waiting in line when wait_s says so)."""
-    mine = claims.handed_down() | ({old.id} if old is not None and old.held else set())
-    current = {"inventory": gpus(processes=True, claims=False)}
+    inherited = claims.handed_down()   # a parent's claims; this process's own earlier claim is ``old``
+    mine = inherited | ({old.id} if old is not None and old.held else set())
+    current = {"inventory": inventory}
 
     def choose(view, strict=strict or wait_s is not None):
         inventory = current["inventory"]
@@ -136,7 +141,7 @@ def _choose_and_claim(request, where, what: str, *, min_free, max_util, strict, 
                   and any(s is not None for r, s in view.holders(g.uuid) if r.id not in mine)}
         choice = select_gpus(request, min_free=min_free, max_util=max_util, strict=strict, inventory=inventory,
                              claimed=taken, busy=busy, prefer=shared if (share_bytes or fraction) else ())
-        covered = {g["uuid"] for r in view.claims if r.id in claims.handed_down() for g in r.gpus}
+        covered = {g["uuid"] for r in view.claims if r.id in inherited for g in r.gpus}
         per_gpu = limits(choice, share_bytes, fraction) if (share_bytes or fraction) else [(None, None)] * len(choice)
         wanted = [{"uuid": g.uuid, "index": g.index, "label": g.label, "share": size}
                   for g, (size, _) in zip(choice, per_gpu) if g.uuid not in covered]
@@ -145,9 +150,15 @@ def _choose_and_claim(request, where, what: str, *, min_free, max_util, strict, 
     def say(text):
         print(text, file=sys.stderr, flush=True)
 
+    def join():   # holding the old claim while waiting for more could deadlock with another process
+        if old is not None and old.held:
+            _swap_claim(old, None)
+
+    want = claims.want_of(_candidates(request, inventory, what), share=share_bytes, fraction=fraction, mine=mine)
     try:
         choice, claim = claims.acquire(choose, path=where, wait=wait_s, request=what, retry=(GPUsTaken,), say=say,
-                                       refresh=lambda: current.update(inventory=gpus(processes=True, claims=False)))
+                                       refresh=lambda: current.update(inventory=gpus(processes=True, claims=False)),
+                                       want=want, on_join=join)
     except GPUsTaken:
         if strict:
             raise
@@ -157,12 +168,25 @@ def _choose_and_claim(request, where, what: str, *, min_free, max_util, strict, 
     return current["inventory"], choice, claim
 
 
+def _candidates(request, inventory, what: str) -> list:
+    """The GPUs a request could use, whoever holds them (what its place in line says it waits for): those named,
+    or for a count or "auto" every usable one."""
+    from .select import _classify
+    if _classify(request, what)[0] == "explicit":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.suppress(GPUSelectionError):
+                return list(select_gpus(request, strict=False, inventory=inventory))
+    return [g for g in inventory if g.usable]
+
+
 def _swap_claim(old, new) -> None:
-    """Make ``new`` this process's claim (what children inherit); release the one it replaces."""
+    """Make ``new`` this process's claim (what children inherit, with the parent's); release the one it
+    replaces."""
     if old is not None and old is not new:
         old.release()
     state.current.claim = new
-    ids = claims.handed_down() - ({old.id} if old is not None else set())
+    ids = claims.handed_down()   # a parent's: this process's own claims are not among them
     if new is not None:
         ids.add(new.id)
     if ids:

@@ -10,9 +10,16 @@ The folder (setting ``gpu_claims``: ``auto`` is /tmp/colabkit-gpu-claims, made w
   the holder's pid, what it runs (notebook name or command) and since when. Its holder keeps it flock'ed
   (LOCK_EX) for as long as the claim lasts; a file nobody holds is a claim that ended, whatever it says. The
   owner shown is the file's owner (fstat), not what the file claims.
-- ``wait-<ticket>-<pid>-<token>.json``: one per process waiting in line, held the same way. Tickets are drawn
-  under the table lock from a clock that only goes forward, so their order is the order of arrival; a request
-  is served only when nobody who came earlier is still waiting (first come, first served, across users).
+- ``wait-<ticket>-<pid>-<token>.json``: one per process waiting in line, held the same way, saying what it waits
+  for (the GPUs it could use, whole or a share). Tickets are drawn under the table lock from a clock that only
+  goes forward, so their order is the order of arrival. First come, first served, GPU by GPU, across users: a
+  GPU someone earlier in line could take now is kept for them; a request for other GPUs is served at once. (A
+  place in line that does not say what it waits for, from an older colabkit, holds back every later request.)
+- ``.new-*``: a claim or place in line being made: locked and written under this name, then renamed into
+  place, so that readers never find a claim unlocked.
+
+A claim belongs to the process that made it: a child made with fork() does not hold it (its descriptors are
+closed in the child) and cannot release it; it works under it as any child does ($COLABKIT_GPU_CLAIM).
 
 Safety against other users of the machine: the folder is opened without following links (O_NOFOLLOW |
 O_DIRECTORY) and every file relative to it, without following links and non-blocking (a FIFO planted under
@@ -31,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -39,10 +45,16 @@ import secrets
 import stat
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 from ..units import format_size
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so no claims (use_gpus chooses GPUs as it does on Colab)
+    fcntl = None
 
 log = logging.getLogger("colabkit")
 
@@ -55,6 +67,8 @@ MAX_RECORD = 64 * 1024
 
 _OPEN_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _warned: set = set()
+_own: set = set()                      # ids of the claims this process made (not a parent's: see handed_down)
+_held: weakref.WeakSet = weakref.WeakSet()   # Claims this process holds (a forked child lets go of them)
 
 
 class ClaimFolderError(RuntimeError):
@@ -65,10 +79,11 @@ class ClaimFolderError(RuntimeError):
 # ------------------------------------------------------------------------------------------------- settings
 
 def folder() -> Path | None:
-    """The claim folder, or None when claims are off (setting ``gpu_claims``; Colab and Kaggle: off)."""
+    """The claim folder, or None when claims are off (setting ``gpu_claims``; Colab and Kaggle: off; where the
+    platform has no flock, as on Windows: off)."""
     from .. import config
     setting = config.load().gpu_claims
-    if setting == "off":
+    if setting == "off" or fcntl is None:
         return None
     if setting == config.AUTO:
         from ..runtime import detect_kind
@@ -97,6 +112,7 @@ class Record:
     since: float | None
     gpus: list              # [{"uuid", "index", "share"}] (share: bytes, None for the whole GPU)
     request: str = ""       # for a place in line: what it waits for
+    want: dict | None = None   # for a place in line: {"gpus": [{"uuid", "total"}], "share", "fraction", "mine"}
 
     def who(self) -> str:
         """'alice (pid 4242, train.ipynb, since 10:02)'."""
@@ -155,6 +171,7 @@ class Folder:
 
     def __init__(self, path: Path):
         self.path, self.fd = Path(path), None
+        self.made: dict = {}   # {file name: pid of the process that made it}: only that process removes it
         self.fd = _open_folder(self.path)
         with contextlib.suppress(OSError):   # systemd-tmpfiles does not age a folder someone holds a flock on
             fcntl.flock(self.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -211,11 +228,13 @@ class Folder:
         since = body.get("since") if isinstance(body.get("since"), (int, float)) else None
         return Record(id=name, kind="wait" if name.startswith("wait-") else "claim", user=_user(st.st_uid),
                       uid=st.st_uid, pid=pid, what=str(body.get("what", ""))[:200], since=since, gpus=gpus,
-                      request=str(body.get("request", ""))[:200])
+                      request=str(body.get("request", ""))[:200], want=_want(body.get("want")))
 
     def view(self, *, clean: bool = False) -> View:
         claims, line = [], []
         for name in sorted(self.names()):
+            if clean and name.startswith(".new-"):
+                self._drop_unfinished(name)
             if not name.endswith(".json") or not name.startswith(("claim-", "wait-")):
                 continue
             record = self.read(name, clean=clean)
@@ -224,31 +243,61 @@ class Folder:
         return View(claims, line, self.path)
 
     def create(self, name: str, body: dict) -> int:
-        """A new file, locked (LOCK_EX) and written; returns its descriptor (the lock lasts while it is open)."""
+        """A new file, locked (LOCK_EX) and written; returns its descriptor (the lock lasts while it is open).
+        It is made under a temporary name that readers skip and renamed into place once locked and written, so
+        that no reader ever finds it unlocked (taken for a claim that ended) or holds a probe lock on it while
+        this process locks it."""
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        tmp = f".new-{secrets.token_hex(8)}"
         try:
-            fd = os.open(name, flags, 0o644, dir_fd=self.fd)
+            fd = os.open(tmp, flags, 0o644, dir_fd=self.fd)
         except PermissionError:
-            st = os.fstat(self.fd)
-            raise ClaimFolderError(
-                f"cannot write GPU claims in {self.path} (owned by {_user(st.st_uid)}, mode "
-                f"{stat.S_IMODE(st.st_mode):04o}). Ask its owner or root to run `chmod 1777 {self.path}`, or "
-                f"set gpu_claims (COLABKIT_GPU_CLAIMS) to a folder every user can write.") from None
+            raise self._cannot_write() from None
         try:
             os.fchmod(fd, 0o644)   # readable by every user whatever the umask: claims are visible to all
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # nobody else knows the temporary name
             os.write(fd, json.dumps(body).encode())
+            os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=self.fd)
+                os.unlink(tmp, dir_fd=self.fd)
             raise
+        self.made[name] = os.getpid()
         return fd
 
-    def remove(self, name: str, fd: int | None) -> None:
-        """Release a file this process holds: unlink, then close (which drops the lock)."""
+    def _cannot_write(self) -> ClaimFolderError:
+        st = os.fstat(self.fd)
+        return ClaimFolderError(
+            f"cannot write GPU claims in {self.path} (owned by {_user(st.st_uid)}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}). Ask its owner or root to run `chmod 1777 {self.path}`, or "
+            f"set gpu_claims (COLABKIT_GPU_CLAIMS) to a folder every user can write.")
+
+    def _drop_unfinished(self, name: str) -> None:
+        """Remove a temporary file a process left when it died while making a claim (only under the table lock,
+        which every maker holds: nobody is making one now)."""
         with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=self.fd)
+            fd = os.open(name, _OPEN_READ, dir_fd=self.fd)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    os.unlink(name, dir_fd=self.fd)
+            finally:
+                os.close(fd)
+
+    def rewrite(self, fd: int, body: dict) -> None:
+        """Replace what a file this process holds says (only under the table lock: deciders read it whole)."""
+        data = json.dumps(body).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+
+    def remove(self, name: str, fd: int | None) -> None:
+        """Release a file this process holds: unlink, then close (which drops the lock). In a process forked
+        from the one that made it, only the descriptor is closed: the file stays its maker's."""
+        if self.made.get(name) == os.getpid():
+            del self.made[name]
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=self.fd)
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -256,14 +305,7 @@ class Folder:
     @contextlib.contextmanager
     def table(self, timeout: float = TABLE_TIMEOUT_S):
         """The table lock: one decision at a time on this machine."""
-        flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-        try:
-            fd = os.open("table", os.O_RDWR | os.O_CREAT | flags, 0o644, dir_fd=self.fd)
-        except PermissionError:
-            fd = os.open("table", os.O_RDONLY | flags, dir_fd=self.fd)   # another user made it: reading is enough
-        except OSError as exc:
-            raise ClaimFolderError(f"cannot open {self.path / 'table'}: {exc.strerror or exc} (a link or "
-                                   f"something other than a file is in its place; remove it).") from None
+        fd = self._open_table()
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ClaimFolderError(f"{self.path / 'table'} is not a regular file; remove it.")
@@ -283,13 +325,103 @@ class Folder:
         finally:
             os.close(fd)
 
+    def _open_table(self) -> int:
+        flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+        where = self.path / "table"
+        if not os.path.lexists(where):   # made under a temporary name, 0644 whatever the umask, then linked in
+            tmp = f".table-new-{secrets.token_hex(8)}"
+            try:
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o644, dir_fd=self.fd)
+            except PermissionError:
+                raise self._cannot_write() from None
+            except OSError as exc:
+                raise ClaimFolderError(f"cannot make {where}: {exc.strerror or exc}.") from None
+            try:
+                os.fchmod(fd, 0o644)
+                os.link(tmp, "table", src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+                return fd
+            except FileExistsError:
+                os.close(fd)   # another process made it meanwhile: open theirs
+            except BaseException:
+                os.close(fd)
+                raise
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=self.fd)
+        for mode in (os.O_RDWR, os.O_RDONLY):   # another user's: reading is enough to flock it
+            try:
+                return os.open("table", mode | flags, dir_fd=self.fd)
+            except PermissionError:
+                continue
+            except OSError as exc:
+                raise ClaimFolderError(f"cannot open {where}: {exc.strerror or exc} (a link or something other "
+                                       f"than a file is in its place; remove it: sudo rm {where}).") from None
+        try:
+            st = os.stat("table", dir_fd=self.fd, follow_symlinks=False)
+            whose = f"it belongs to {_user(st.st_uid)} with mode {stat.S_IMODE(st.st_mode):04o}"
+        except OSError:
+            whose = "it cannot be read"
+        raise ClaimFolderError(f"cannot open {where}: {whose}, so other users cannot use it. Remove it (it is "
+                               f"made again, readable by all): sudo rm {where}")
+
+
+def _make_folder(path: Path) -> bool:
+    """Make the claim folder, already with mode 1777 when it appears under its name (other users never find it
+    closed to them): made under a temporary name beside it and renamed into place where the system can rename
+    without replacing (Linux renameat2). True: made here; raises FileExistsError when it exists."""
+    if os.path.lexists(path):
+        raise FileExistsError(errno.EEXIST, "exists", str(path))
+    rename = _rename_noreplace()
+    if rename is None:
+        os.mkdir(path, 0o700)   # opened and set to 1777 by the caller
+        return True
+    tmp = path.parent / f".{path.name}.new-{secrets.token_hex(4)}"
+    os.mkdir(tmp, 0o700)
+    try:
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            os.fchmod(fd, 0o1777)
+        finally:
+            os.close(fd)
+        rename(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.rmdir(tmp)
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+        os.mkdir(path, 0o700)   # a file system that cannot rename without replacing: as above
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rmdir(tmp)
+        raise
+    return True
+
+
+def _rename_noreplace():
+    """rename(src, dst) that fails with FileExistsError where dst exists, or None where the system has none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError, ImportError):
+        return None
+    at_fdcwd, noreplace = -100, 1
+
+    def rename(src, dst):
+        if renameat2(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), noreplace) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(dst)) if err != errno.EEXIST else FileExistsError(
+                err, os.strerror(err), str(dst))
+    return rename
+
 
 def _open_folder(path: Path) -> int:
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     created = False
     try:
-        os.mkdir(path, 0o700)
-        created = True
+        created = _make_folder(path)
     except FileExistsError:
         pass
     except OSError as exc:
@@ -328,6 +460,7 @@ class View:
     claims: list
     line: list
     path: Path | None = None
+    reserved: dict = dataclasses.field(default_factory=dict)   # {uuid: why}: free now, kept for an earlier waiter
 
     def holders(self, uuid: str) -> list:
         """[(record, share bytes or None)] of the live claims on this GPU."""
@@ -368,7 +501,11 @@ def taken(inventory, view: View, *, mine: set, share: int | None, fraction: floa
     this process's own and do not count."""
     claimed, busy = {}, {}
     for g in inventory:
-        holders = [(r, s) for r, s in view.holders(g.uuid) if r.id not in mine]
+        everyone = view.holders(g.uuid)
+        holders = [(r, s) for r, s in everyone if r.id not in mine]
+        if g.uuid in view.reserved and len(holders) == len(everyone):   # not under a claim of this process's own
+            claimed[g.uuid] = view.reserved[g.uuid]
+            continue
         if holders:
             whole = [r for r, s in holders if s is None]
             want = share if share is not None else (None if fraction is None or g.memory_total is None
@@ -384,18 +521,23 @@ def taken(inventory, view: View, *, mine: set, share: int | None, fraction: floa
     if with_processes:
         known = _known_pids(view)
         for g in with_processes:
-            strangers = [p for p in g.processes if p.pid not in known and (p.used_memory or 0) > threshold]
+            # a program whose memory use the driver does not report counts as busy: better not to pick its GPU
+            strangers = [p for p in g.processes
+                         if p.pid not in known and (p.used_memory is None or p.used_memory > threshold)]
             if strangers:
-                busy[g.uuid] = ("busy with " + ", ".join(f"{p.name or '?'} (pid {p.pid}, {format_size(p.used_memory)})"
-                                                         for p in strangers) + ", which holds no GPU claim")
+                busy[g.uuid] = ("busy with " + ", ".join(
+                    f"{p.name or '?'} (pid {p.pid}, "
+                    f"{'memory use unknown' if p.used_memory is None else format_size(p.used_memory)})"
+                    for p in strangers) + ", which holds no GPU claim")
     return claimed, busy
 
 
 def _known_pids(view: View) -> set:
     """Processes whose GPU use is accounted for: claim holders and their descendants, and this process with its
-    ancestors and descendants."""
+    ancestors and descendants. A claim's pid is what its file says: pids 0 and 1 (init, whose descendants are
+    every process) are ignored."""
     parents = _parents()
-    roots = {r.pid for r in view.claims if r.pid is not None} | {os.getpid()}
+    roots = {r.pid for r in view.claims if r.pid is not None and r.pid > 1} | {os.getpid()}
     known, pid = set(roots), os.getpid()
     while pid in parents and pid not in (0, 1):
         pid = parents[pid]
@@ -436,6 +578,9 @@ class Claim:
     def __init__(self, where: Folder, name: str, fd: int, gpus: list, what: str):
         self.folder, self.id, self._fd, self.gpus, self.what = where, name, fd, gpus, what
         self.since = time.time()
+        self.pid = os.getpid()   # the holder: a process forked from it neither holds nor releases it
+        _own.add(name)
+        _held.add(self)
 
     @property
     def held(self) -> bool:
@@ -446,9 +591,14 @@ class Claim:
         return {g["uuid"]: g.get("share") for g in self.gpus}
 
     def release(self) -> None:
+        """End the claim (in the process that made it; elsewhere, as in a forked child, only let go of it)."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            self.folder.remove(self.id, fd)
+            if self.pid == os.getpid():
+                self.folder.remove(self.id, fd)
+            else:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def __del__(self):
         with contextlib.suppress(Exception):
@@ -459,24 +609,91 @@ class Claim:
         return f"<Claim {self.id} {state}: {', '.join(str(g.get('index')) for g in self.gpus)}>"
 
 
+def _after_fork_in_child() -> None:
+    """A forked child holds none of its parent's claims: it closes their descriptors (so that they end with the
+    parent) and leaves the files alone; its use_gpus sees them as claims handed down, as for any child."""
+    _own.clear()
+    for claim in list(_held):
+        fd, claim._fd = claim._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _held.clear()
+    state = sys.modules.get(__package__ + ".state")
+    if state is not None:
+        state.current.claim = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _new_name(prefix: str, number: int) -> str:
     return f"{prefix}-{number:020d}-{os.getpid()}-{secrets.token_hex(4)}.json"
 
 
-def _body(what: str, gpus: list, request: str = "") -> dict:
-    return {"version": 1, "pid": os.getpid(), "what": what, "since": time.time(), "gpus": gpus,
-            "request": request}
+def _body(what: str, gpus: list, request: str = "", want: dict | None = None) -> dict:
+    body = {"version": 1, "pid": os.getpid(), "what": what, "since": time.time(), "gpus": gpus, "request": request}
+    if want is not None:
+        body["want"] = want
+    return body
+
+
+def want_of(gpus, *, share: int | None = None, fraction: float | None = None, mine=()) -> dict:
+    """What a process in line waits for, as its place in line says: the GPUs it could use (``gpus``: GPU records),
+    the whole GPU or a share (bytes, or a fraction of each GPU), and the claims it works under."""
+    return {"gpus": [{"uuid": g.uuid, "total": g.memory_total} for g in gpus], "share": share,
+            "fraction": fraction, "mine": sorted(mine)}
+
+
+def _want(raw) -> dict | None:
+    """A place in line's ``want``, checked (None: it does not say, e.g. an older colabkit's)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list):
+        return None
+    gpus = [{"uuid": g["uuid"], "total": g.get("total") if isinstance(g.get("total"), int) else None}
+            for g in raw["gpus"] if isinstance(g, dict) and isinstance(g.get("uuid"), str)]
+    share = raw.get("share") if isinstance(raw.get("share"), int) else None
+    fraction = raw.get("fraction") if isinstance(raw.get("fraction"), (int, float)) else None
+    mine = [m for m in raw.get("mine", []) if isinstance(m, str)] if isinstance(raw.get("mine"), list) else []
+    return {"gpus": gpus, "share": share, "fraction": fraction, "mine": mine}
+
+
+def _reserved(ahead: list, view: View) -> dict | None:
+    """{uuid: why} of the GPUs that someone earlier in line could take now: kept for them, so that a later
+    request takes other GPUs or waits (first come, first served for the same GPUs; a later request for other
+    GPUs goes ahead). None when an earlier place does not say what it waits for: everything waits behind it."""
+    out: dict = {}
+    for w in ahead:
+        if w.want is None:
+            return None
+        mine = set(w.want["mine"])
+        for g in w.want["gpus"]:
+            if g["uuid"] in out:
+                continue
+            holders = [(r, s) for r, s in view.holders(g["uuid"]) if r.id not in mine]
+            want = w.want["share"]
+            if want is None and w.want["fraction"] is not None and g["total"] is not None:
+                want = int(w.want["fraction"] * g["total"])
+            free = not holders or (want is not None and all(s is not None for _, s in holders)
+                                   and (g["total"] is None or sum(s for _, s in holders) + want <= g["total"]))
+            if free:
+                out[g["uuid"]] = (f"waited for by {w.who()}, who came earlier in line"
+                                  + (f" for {w.request}" if w.request else ""))
+    return out
 
 
 def acquire(choose: Callable, *, path: Path, wait: float | None = None, what: str | None = None,
-            request: str = "", retry: tuple = (), say: Callable | None = None, refresh: Callable | None = None):
+            request: str = "", retry: tuple = (), say: Callable | None = None, refresh: Callable | None = None,
+            want: dict | None = None, on_join: Callable | None = None):
     """Claim what ``choose(view)`` picks: it returns (result, gpus) with gpus [{"uuid", "index", "share"}] to
-    claim ([] claims nothing), or raises one of ``retry`` when what it needs is taken now.
+    claim ([] claims nothing), or raises one of ``retry`` when what it needs is taken now. ``view.reserved``
+    lists the GPUs kept for processes earlier in line (``taken`` counts them as claimed).
 
     wait: None (do not wait: the ``retry`` exception propagates), seconds, or inf. While waiting the process
-    holds a place in line; ``say(text)`` is called when the reason to wait changes; ``refresh()`` is called
-    before each look (a new inventory). Ctrl-C leaves the line (the place is removed) and propagates.
-    Returns (result, Claim or None).
+    holds a place in line that says what it waits for (``want``, see ``want_of``; None: everything later waits
+    behind it); ``on_join()`` is called once when it joins the line (under the table lock); ``say(text)`` is
+    called when the reason to wait changes; ``refresh()`` is called before each look (a new inventory). Ctrl-C
+    leaves the line (the place is removed) and propagates. Returns (result, Claim or None).
     """
     what = describe_self() if what is None else what
     where = Folder(path)
@@ -489,9 +706,11 @@ def acquire(choose: Callable, *, path: Path, wait: float | None = None, what: st
                 view = where.view(clean=True)
                 ahead = [r for r in view.line if ticket is None or r.id < ticket[0]]
                 try:
+                    reserved = _reserved(ahead, view)
+                    view.reserved = reserved or {}
                     result, gpus = choose(view)
-                    if ahead and gpus:   # nothing new to claim (all under a parent's claim): no line to stand in
-                        raise _InLine(ahead)
+                    if reserved is None and gpus:   # nothing new to claim (all under a parent's claim): no line
+                        raise _InLine([r for r in ahead if r.want is None])
                 except (_InLine, *retry) as exc:
                     if not wait or time.monotonic() - started >= wait:
                         if isinstance(exc, _InLine):
@@ -503,11 +722,13 @@ def acquire(choose: Callable, *, path: Path, wait: float | None = None, what: st
                         last = max((int(r.id.split("-")[1]) for r in view.line if r.id.split("-")[1].isdigit()),
                                    default=0)
                         name = _new_name("wait", max(time.monotonic_ns(), last + 1))
-                        ticket = (name, where.create(name, _body(what, [], request)))
+                        ticket = (name, where.create(name, _body(what, [], request, want)))
                         ahead = [r for r in view.line if r.id < name]
-                    if ahead:
-                        reason = (f"{len(ahead)} ahead of you in line: " + "; ".join(r.who() for r in ahead[:3])
-                                  + ("; ..." if len(ahead) > 3 else ""))
+                        if on_join is not None:
+                            on_join()
+                    if isinstance(exc, _InLine):
+                        reason = (f"{len(exc.ahead)} ahead of you in line: "
+                                  + "; ".join(r.who() for r in exc.ahead[:3]) + ("; ..." if len(exc.ahead) > 3 else ""))
                     else:
                         reason = getattr(exc, "short", "") or str(exc)
                 else:
@@ -554,9 +775,16 @@ def _seconds(seconds: float) -> str:
 
 # ---------------------------------------------------------------------------------------------- hand-downs
 
-def handed_down() -> set:
-    """Ids of the claims a parent process holds for this one ($COLABKIT_GPU_CLAIM)."""
+def working_under() -> set:
+    """Ids of the claims this process works under ($COLABKIT_GPU_CLAIM, what its children inherit): those a
+    parent holds for it and the one use_gpus made here."""
     return {t.strip() for t in os.environ.get(HANDED_VAR, "").split(",") if t.strip()}
+
+
+def handed_down() -> set:
+    """Ids of the claims a parent process holds for this one: $COLABKIT_GPU_CLAIM less the claims this process
+    made itself (use_gpus puts its own there for the children)."""
+    return working_under() - _own
 
 
 def child_env(claim_ids, share: int | None = None) -> dict:
@@ -570,22 +798,28 @@ def child_env(claim_ids, share: int | None = None) -> dict:
 
 class Line:
     """A place in line kept across tries, for a queue of its own (`colabkit run`): ``try_claim`` claims now or
-    returns None (and keeps a place in line); ``leave()`` gives the place up once nothing of the queue waits."""
+    returns None (and keeps a place in line); each claim it gets gives the place up (the next try that waits
+    joins the line again, at its end); ``leave()`` gives it up too."""
 
     def __init__(self, path: Path, what: str, request: str = ""):
         self.folder, self.what, self.request = Folder(path), what, request
         self.ticket = None
+        self.want = None
         self.reason = ""
 
-    def try_claim(self, choose: Callable, retry: tuple = (), what: str | None = None) -> Claim | None:
-        """Claim what ``choose(view)`` returns ([{"uuid", "index", "share"}]), if nobody earlier waits and it is
-        free; otherwise None, with ``reason`` saying why, and this queue keeps its place in line."""
+    def try_claim(self, choose: Callable, retry: tuple = (), what: str | None = None,
+                  want: dict | None = None) -> Claim | None:
+        """Claim what ``choose(view)`` returns ([{"uuid", "index", "share"}]) if it is free and not kept for
+        someone earlier in line (``view.reserved``); otherwise None, with ``reason`` saying why, and this queue
+        keeps (or takes) a place in line that says it waits for ``want`` (see ``want_of``)."""
         with self.folder.table():
             view = self.folder.view(clean=True)
             ahead = [r for r in view.line if self.ticket is None or r.id < self.ticket[0]]
             try:
-                if ahead:
-                    raise _InLine(ahead)
+                reserved = _reserved(ahead, view)
+                if reserved is None:
+                    raise _InLine([r for r in ahead if r.want is None])
+                view.reserved = reserved
                 gpus = choose(view)
             except (_InLine, *retry) as exc:
                 if isinstance(exc, _InLine):
@@ -595,11 +829,17 @@ class Line:
                 if self.ticket is None:
                     last = max((int(r.id.split("-")[1]) for r in view.line if r.id.split("-")[1].isdigit()), default=0)
                     name = _new_name("wait", max(time.monotonic_ns(), last + 1))
-                    self.ticket = (name, self.folder.create(name, _body(self.what, [], self.request)))
+                    self.ticket = (name, self.folder.create(name, _body(self.what, [], self.request, want)))
+                    self.want = want
+                elif want != self.want:
+                    self.folder.rewrite(self.ticket[1], _body(self.what, [], self.request, want))
+                    self.want = want
                 return None
             name = _new_name("claim", time.monotonic_ns())
             what = what or self.what
-            return Claim(self.folder, name, self.folder.create(name, _body(what, gpus, self.request)), gpus, what)
+            claim = Claim(self.folder, name, self.folder.create(name, _body(what, gpus, self.request)), gpus, what)
+            self.leave()   # served: a later try that waits goes to the end of the line
+            return claim
 
     def leave(self) -> None:
         if self.ticket is not None:

@@ -285,7 +285,7 @@ def _listing(inv: Sequence[GPU], failing=None, allowed=None) -> str:
             extra.append(f"hidden by {VISIBLE_VAR}")
         elif failing is not None and failing(g):
             reasons = failing(g)
-            taken = all(r.startswith(("claimed by", "busy with")) for r in reasons)
+            taken = all(r.startswith(("claimed by", "busy with", "waited for by")) for r in reasons)
             extra.append(("" if taken else "does not qualify: ") + ", ".join(reasons))
         lines.append(f"  {g.describe()}  {g.uuid}" + (f"  [{'; '.join(extra)}]" if extra else ""))
     return "\n".join(lines)

@@ -25,22 +25,26 @@ JAX_VAR = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 
 
 def parse_share(share, *, what: str = "use_gpus") -> tuple[int | None, float | None]:
-    """(bytes, fraction): "12GiB" / 12 * 2**30 -> bytes; 0.5 / "50%" -> a fraction of each GPU's memory."""
+    """(bytes, fraction): a size with its unit ("12GiB") -> bytes; a number 0 < x <= 1 (0.5) or "50%" -> a
+    fraction of each GPU's memory. A bare number above 1 (share=2: bytes? GiB? GPUs?) is refused."""
     from .select import GPUSelectionError
     if share is None:
         return None, None
     text = share.strip() if isinstance(share, str) else None
+    number = share if isinstance(share, (int, float)) and not isinstance(share, bool) else None
+    if text is not None and _is_number(text):
+        number = float(text)
+    if number is not None and not 0 < number <= 1:
+        hint = f" For an amount of memory give its unit: share=\"{share}GiB\"." if number > 1 else ""
+        raise GPUSelectionError(f"{what}: share={share!r}: a number is a fraction of each GPU's memory, above 0 "
+                                f"and at most 1 (share=0.5).{hint}")
     try:
-        if text is not None and text.endswith("%"):
+        if number is not None:
+            fraction = float(number)
+        elif text is not None and text.endswith("%"):
             fraction = float(text[:-1]) / 100
-        elif isinstance(share, float) or (text is not None and _is_number(text) and float(text) <= 1):
-            fraction = float(share)
         else:
-            size = parse_size(share, name="share")
-            if size <= 1:
-                fraction = float(size)
-            else:
-                return size, None
+            return parse_size(share, name="share"), None
         if not 0 < fraction <= 1:
             raise ValueError
         return None, fraction

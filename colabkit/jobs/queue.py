@@ -189,7 +189,8 @@ class Runner:
     # processes --------------------------------------------------------------------------------------
     def claim_slot(self, slot: Slot, state: JobState) -> bool:
         """Claim ``slot``'s GPUs machine-wide for ``state``'s next attempt (devices.claims): False, with a progress
-        line, when other processes hold them (the job waits, this queue keeps its place in line)."""
+        line, when other processes hold them (the job waits; this queue keeps its place in line until it gets a
+        claim, then a later wait joins the line at its end)."""
         if not slot.gpus:
             return True
         from ..devices import GPUsTaken, claims
@@ -198,9 +199,12 @@ class Runner:
             if where is None:
                 return True
             self.line = claims.Line(where, f"colabkit run ({display_path(self.run_dir)})", "colabkit run")
-        mine = claims.handed_down()   # GPUs a parent process (a notebook, another run) gave this run
+        mine = claims.working_under()   # GPUs a parent process (a notebook, another run) or this one claimed
+        gpus = {g.uuid: g for s in self.slots for g in s.gpus}   # the queue waits for any of its slots' GPUs
+        want = claims.want_of(list(gpus.values()), fraction=slot.share, mine=mine)
         claim = self.line.try_claim(lambda view: claim_request(slot, view, mine=mine), retry=(GPUsTaken,),
-                                    what=f"colabkit run job {state.job.name} ({display_path(self.run_dir)})")
+                                    what=f"colabkit run job {state.job.name} ({display_path(self.run_dir)})",
+                                    want=want)
         if claim is None:
             if self.blocked_said.get(slot.label) != self.line.reason:
                 self.blocked_said[slot.label] = self.line.reason
@@ -226,7 +230,7 @@ class Runner:
         if slot.claim is not None:
             from ..devices import claims
             shares = [g["share"] for g in slot.claim.gpus if g.get("share")]
-            ids = claims.handed_down() | {slot.claim.id}
+            ids = claims.working_under() | {slot.claim.id}
             env.update(claims.child_env(ids, min(shares) if shares else None))
         proc, error = process.start(state, slot.label, env, run_dir=self.run_dir, kernel=self.kernel,
                                     hang_timeout=self.hang_timeout, tries=tries)

@@ -2,6 +2,9 @@
 
     python claim_child.py FOLDER NAME REQUEST [wait] [share]
 
+REQUEST "FIRST>THEN": use_gpus(FIRST) at once (written to FOLDER/NAME.first.json), then, once FOLDER/next-NAME
+exists, use_gpus(THEN, wait=..., share=...) as below.
+
 Waits for FOLDER/go (when FOLDER/barrier exists: processes started together), calls colabkit.use_gpus(REQUEST,
 wait=..., share=...), writes what it got to FOLDER/NAME.json ({"gpus": [indices], "claim": id} or {"error": text}),
 then holds its claim until FOLDER/release-NAME or FOLDER/release-all exists. Exit status 0.
@@ -39,9 +42,19 @@ def until(path, timeout=60):
 if os.path.exists(os.path.join(folder, "barrier")):
     open(os.path.join(folder, f"ready-{name}"), "w").close()
     until(os.path.join(folder, "go"))
+def parse(text):
+    return int(text) if text.isdigit() and "," not in text else text
+
+
+if ">" in request:   # "FIRST>THEN": use_gpus(FIRST) at once, then use_gpus(THEN, wait=...) once FOLDER/next-NAME exists
+    first, request = request.split(">", 1)
+    got = colabkit.use_gpus(parse(first))
+    with open(os.path.join(folder, f"{name}.first.json.tmp"), "w") as fh:
+        json.dump({"gpus": [g.index for g in got], "claim": got.claim.id if got.claim else None}, fh)
+    os.replace(os.path.join(folder, f"{name}.first.json.tmp"), os.path.join(folder, f"{name}.first.json"))
+    until(os.path.join(folder, f"next-{name}"))
 try:
-    chosen = colabkit.use_gpus(int(request) if request.isdigit() and "," not in request else request,
-                               wait=wait, share=share)
+    chosen = colabkit.use_gpus(parse(request), wait=wait, share=share)
 except devices.GPUSelectionError as exc:
     write({"error": str(exc), "type": type(exc).__name__})
     sys.exit(0)

@@ -142,8 +142,8 @@ def test_the_line_is_first_come_first_served_and_ctrl_c_leaves_it(box):
     b.release("w1")
     b.release("w2")
     later = [b.result(n) for n in waiters[2:]]
-    times = [r["time"] for r in first + later]
-    assert times == sorted(times), "served out of arrival order"
+    granted = [int(r["claim"].split("-")[1]) for r in first + later]   # claim-<clock>: made under the table lock
+    assert granted == sorted(granted), "served out of arrival order"
     assert sorted(first[0]["gpus"] + first[1]["gpus"]) == [0, 1]
     assert sorted(later[0]["gpus"] + later[1]["gpus"]) == [0, 1]
     assert "colabkit: waiting for use_gpus(1): " in b.procs["w3"].stderr.readline()   # the visible message
@@ -153,8 +153,10 @@ def test_programs_without_a_claim_keep_their_gpu_out_of_the_pick(fake_gpus):
     data = fake_gpus("shared_box")
     data["gpus"][0]["processes"] = [{"pid": 999999, "name": "/usr/bin/python3", "used_memory": 8000}]
     data["gpus"][2]["processes"] = [{"pid": 999998, "name": "nvtop", "used_memory": 100}]   # below the threshold
+    smi_log, passes = Path(os.environ["COLABKIT_TEST_NVIDIA_SMI_LOG"]), []
     for source in ({}, {"nvml": False}):   # NVML's process list, then nvidia-smi's
         fake_gpus("shared_box", gpus=data["gpus"], **source)
+        smi_calls = len(smi_log.read_text().splitlines()) if smi_log.exists() else 0
         chosen = colabkit.use_gpus(2)
         assert [g.index for g in chosen] == [1, 2], source
         with pytest.raises(GPUsTaken, match=r"busy with python3 \(pid 999999, 7.8 GiB\), which holds no GPU claim"):
@@ -162,8 +164,10 @@ def test_programs_without_a_claim_keep_their_gpu_out_of_the_pick(fake_gpus):
         with pytest.warns(GPUSelectionWarning, match="busy with python3"):
             assert [g.index for g in colabkit.use_gpus("0,")] == [0]   # named: used, with a warning
         colabkit.use_gpus(0)
-    if not source:
-        pytest.fail("the nvidia-smi pass did not run")
+        if source:   # the nvidia-smi pass asked nvidia-smi
+            assert len(smi_log.read_text().splitlines()) > smi_calls, "nvidia-smi was never asked"
+        passes.append(source)
+    assert passes == [{}, {"nvml": False}]
 
 
 def test_a_share_puts_two_small_jobs_on_one_gpu_and_limits_the_frameworks(fake_gpus, monkeypatch, tmp_path):
@@ -294,7 +298,7 @@ def test_two_users_see_each_others_claims_and_cannot_release_them(fake_gpus, mon
             assert bob.returncode == 0, bob.stderr
             out = json.loads(bob.stdout.splitlines()[-1])
             assert out["seen"] == [[23456, held[0]]]
-            assert "claimed by uid 23456" in out["taken"] or "claimed by" in out["taken"]
+            assert "claimed by uid 23456" in out["taken"]   # the file's owner (no passwd entry: its uid)
             assert out["unlink"] == "refused" and out["own"] != held
             assert claims.read_view().claims[0].uid == 23456   # still alice's, still alive
         finally:
@@ -331,3 +335,197 @@ def test_on_colab_nothing_is_claimed_and_nothing_waits(fake_gpus, colab_standin,
     with pytest.raises(colabkit.devices.GPUSelectionError, match="there is 1 on this machine"):
         colabkit.use_gpus(2, wait=True)
     assert time.monotonic() - start < 5
+
+
+def _mine(view=None) -> set:
+    """Indices of the GPUs this process's live claims hold, as any process reads the folder."""
+    view = claims.read_view() if view is None else view
+    return {g["index"] for r in view.claims if r.pid == os.getpid() for g in r.gpus}
+
+
+def test_every_later_use_gpus_call_keeps_what_it_chose_claimed(fake_gpus, run_cli):
+    fake_gpus("shared_box")
+    for request in (1, 1, 1, 2):   # one GPU three times, then two
+        chosen = colabkit.use_gpus(request)
+        assert _mine() == {g.index for g in chosen}, f"use_gpus({request}) left its GPUs unclaimed"
+        assert len(claims.read_view().claims) == 1   # the earlier claim was replaced, not kept
+    out = run_cli("gpus", "--json")
+    data = json.loads(out.stdout)
+    pids = {h["pid"] for hs in data["claims"]["gpus"].values() for h in hs}
+    assert pids == {os.getpid()} and len([hs for hs in data["claims"]["gpus"].values() if hs]) == 2, data["claims"]
+
+
+def test_a_forked_child_neither_holds_nor_releases_its_parents_claim(fake_gpus, tmp_path):
+    import fcntl
+    fake_gpus("shared_box")
+    chosen = colabkit.use_gpus(1)
+    claim = chosen.claim
+    assert fcntl.fcntl(claim._fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC   # no program it starts keeps the lock
+    out = tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:   # the child: what a forked worker does, then what it does at exit (Claim.__del__)
+        code = 1
+        try:
+            from colabkit.devices import state
+            result = {"holds": claim.held, "state": state.current.claim is not None}
+            got = colabkit.use_gpus(1)
+            result["child"] = [g.index for g in got]
+            claim.release()
+            del got
+            out.write_text(json.dumps(result))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert json.loads(out.read_text()) == {"holds": False, "state": False, "child": [g.index for g in chosen]}
+    assert claim.held and _mine() == {g.index for g in chosen}, "the child ended the parent's claim"
+
+
+def test_a_waiter_blocks_only_the_gpus_it_waits_for(box):
+    b = box("shared_box")
+    b.start("holder", "0,")
+    assert b.result("holder")["gpus"] == [0]
+    b.start("waiter", "0,", "true")
+    until(lambda: any(n.startswith("wait-") for n in os.listdir(claim_folder())), 30, "the waiter to join the line")
+    chosen = colabkit.use_gpus(1)   # GPUs 1 and 2 are free: nobody earlier waits for them
+    assert [g.index for g in chosen] in ([1], [2])
+    b.release("holder")
+    assert b.result("waiter")["gpus"] == [0]
+
+
+def test_a_queue_leaves_the_line_once_it_got_its_claim(fake_gpus):
+    fake_gpus("shared_box")
+    inventory = colabkit.devices.gpus(processes=False, claims=False)
+    gpu0 = inventory[0]
+    record = [{"uuid": gpu0.uuid, "index": 0, "share": None}]
+    _, holder = claims.acquire(lambda view: (None, record), path=claim_folder())
+
+    def choose(view):
+        taken, _ = claims.taken([gpu0], view, mine=set(), share=None)
+        if taken:
+            raise GPUsTaken(taken[gpu0.uuid])
+        return record
+    line = claims.Line(claim_folder(), "colabkit run (test)", "colabkit run")
+    want = claims.want_of([gpu0])
+    assert line.try_claim(choose, retry=(GPUsTaken,), want=want) is None
+    assert [r.want["gpus"][0]["uuid"] for r in claims.read_view().line] == [gpu0.uuid]   # says what it waits for
+    holder.release()
+    got = line.try_claim(choose, retry=(GPUsTaken,), want=want)
+    assert got is not None and claims.read_view().line == []   # a later request is not kept behind it
+    got.release()
+    line.close()
+
+
+def test_waiting_for_more_gives_up_the_old_claim_so_two_processes_cannot_deadlock(box):
+    b = box("shared_box")
+    data = json.loads(Path(os.environ["COLABKIT_TEST_GPUS"]).read_text())
+    box("shared_box", gpus=data["gpus"][:2])   # a 2-GPU box
+    first = {}
+    for name, gpu in (("a", "0,"), ("b", "1,")):
+        proc = b.start(name, f"{gpu}>2", "true")
+        first[name] = until(lambda name=name: (b.folder / f"{name}.first.json").exists() and json.loads(
+            (b.folder / f"{name}.first.json").read_text()), 30, f"{name}'s first claim")
+        assert proc.poll() is None
+    (b.folder / "next-a").touch()   # a asks for both GPUs and waits
+    until(lambda: any(n.startswith("wait-") for n in os.listdir(claim_folder())), 30, "a to join the line")
+    held = {r.pid: [g["index"] for g in r.gpus] for r in claims.read_view().claims}
+    assert held == {b.procs["b"].pid: [1]}, f"a kept its claim on GPU 0 while waiting: {held}"
+    (b.folder / "next-b").touch()   # b too: it gives up GPU 1 when it joins the line, a gets both
+    assert b.result("a", 30)["gpus"] == [0, 1]
+    b.release("a")
+    assert b.result("b", 30)["gpus"] == [0, 1]
+
+
+def test_the_table_and_claims_are_readable_by_every_user_whatever_the_umask(fake_gpus, monkeypatch, tmp_path):
+    fake_gpus("shared_box")
+    old = os.umask(0o077)
+    try:
+        colabkit.use_gpus(1)
+    finally:
+        os.umask(old)
+    modes = {p.name.split("-")[0]: oct(p.stat().st_mode & 0o777) for p in claim_folder().iterdir()}
+    assert modes == {"table": "0o644", "claim": "0o644"}
+    real_open = os.open
+
+    def other_users_table(path, flags, *args, **kwargs):   # as another user finds a table nobody else may read
+        if path == "table" and not flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(claims.os, "open", other_users_table)
+    with pytest.raises(claims.ClaimFolderError, match=r"belongs to .* with mode 0644.*sudo rm .*table"):
+        colabkit.use_gpus(1)
+
+
+def test_a_claim_being_made_is_never_seen_unlocked(fake_gpus, monkeypatch):
+    """A reader (gpus(), `colabkit gpus`) takes no table lock: whenever it looks, every claim or place in line it
+    finds must already be held, so its probe neither takes a new claim for an ended one nor makes the maker's
+    lock fail."""
+    import fcntl
+    fake_gpus("shared_box")
+    folder = claim_folder()
+    real_flock, unlocked = fcntl.flock, []
+
+    def flock(fd, op):
+        if op == fcntl.LOCK_EX | fcntl.LOCK_NB and folder.exists():   # a maker locks: a reader looks right now
+            for name in os.listdir(folder):
+                if name.endswith(".json") and name.startswith(("claim-", "wait-")):
+                    probe = os.open(folder / name, os.O_RDONLY)
+                    try:
+                        real_flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        os.close(probe)   # held: a live claim
+                    else:
+                        unlocked.append((name, probe))   # the reader still holds its probe lock
+        return real_flock(fd, op)
+    monkeypatch.setattr(claims.fcntl, "flock", flock)
+    try:
+        colabkit.use_gpus(1)
+    finally:
+        for _, probe in unlocked:
+            os.close(probe)
+    assert unlocked == []
+
+
+def test_without_fcntl_or_gpus_nothing_is_claimed(fake_gpus, tmp_path, monkeypatch):
+    fake_gpus("shared_box")
+    code = ("import sys\nsys.modules['fcntl'] = None   # as on Windows\nimport colabkit\n"
+            "from colabkit.devices import claims\nassert claims.folder() is None\n"
+            "print([g.index for g in colabkit.use_gpus(1)], colabkit.gpus().claims)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["[0]", "None"], out.stderr
+    fake_gpus(None)   # no GPU: no claim folder made, nothing to refuse
+    monkeypatch.setenv("COLABKIT_GPU_CLAIMS", str(tmp_path / "none" / "claims"))
+    chosen = colabkit.use_gpus(1, strict=False)
+    assert list(chosen) == [] and not (tmp_path / "none").exists()
+
+
+def test_claims_that_say_pid_1_or_programs_of_unknown_memory_do_not_hide_strangers(fake_gpus, monkeypatch):
+    fake_gpus("shared_box")
+    stranger = 4_000_000
+    monkeypatch.setattr(claims, "_parents", lambda: {stranger: 1, os.getpid(): 1})
+    view = claims.View([claims.Record("claim-1", "claim", "x", 0, 1, "", None, [])], [])
+    assert stranger not in claims._known_pids(view)
+    import dataclasses
+    process = type("P", (), {"pid": stranger, "name": "python3", "used_memory": None})()
+    gpu = dataclasses.replace(colabkit.devices.gpus(processes=False, claims=False)[0], processes=(process,))
+    _, busy = claims.taken([gpu], view, mine=set(), share=None, threshold=256 * 2 ** 20)
+    assert "pid 4000000, memory use unknown" in busy[gpu.uuid], busy
+
+
+def test_a_bare_number_above_1_is_no_share(fake_gpus):
+    fake_gpus("shared_box")
+    for share in (2, "2", 2.5):
+        with pytest.raises(ValueError, match=r"share=.*2.*at most 1.*share=\"2(\.5)?GiB\""):
+            colabkit.use_gpus(1, share=share)
+    assert claims.read_view() is None or claims.read_view().claims == []
+
+
+def test_the_claim_folder_appears_with_mode_1777(tmp_path, monkeypatch):
+    made = []
+    real_mkdir = os.mkdir
+    monkeypatch.setattr(claims.os, "mkdir", lambda path, *a, **k: (made.append(Path(path)), real_mkdir(path, *a, **k)))
+    claims.Folder(tmp_path / "claims")
+    assert oct((tmp_path / "claims").stat().st_mode & 0o7777) == "0o1777"
+    assert made and tmp_path / "claims" not in made, "made under its own name, closed (0700) until chmod"
+    assert os.listdir(tmp_path) == ["claims"]
