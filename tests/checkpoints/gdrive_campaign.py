@@ -171,7 +171,10 @@ def worker(workdir: Path, index: int, cycles: list[str]) -> None:
     os.environ.update(COLABKIT_DRIVE_API_ROOT=server.url, COLABKIT_DRIVE_CREDENTIALS=str(key),
                       XDG_CACHE_HOME=str(base / "cache"), XDG_CONFIG_HOME=str(base / "config"))
     import colabkit.checkpoints.drive_api  # noqa: F401 - loaded once, before the forks
+    import colabkit.gdrive.auth  # noqa: F401
+    import googleapiclient.discovery  # noqa: F401 - the client libraries too: each child still signs in afresh
     import numpy  # noqa: F401
+    import pydrive2.auth  # noqa: F401
     counter = 0
 
     def fresh(name):
