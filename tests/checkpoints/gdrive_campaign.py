@@ -104,9 +104,12 @@ def _service_account_key(url: str) -> dict:
 
 def _quick_retries() -> None:
     import colabkit.gdrive as g
-    from colabkit.checkpoints import uploader
+    from colabkit.checkpoints import drive_api, lease, uploader
     g.BACKOFF_START, g.BACKOFF_MAX, g.CREATE_CHECK_S, g.TIMEOUT_S = 0.005, 0.02, 0.01, 0.25
     uploader.BACKOFF_START, uploader.BACKOFF_MAX = 0.005, 0.05
+    # the second look at a listing that may lag: the stand-in's listings lag only when a "stale-list" fault
+    # says so, and then only the next one, however soon it comes
+    drive_api.LISTING_LAG_S = lease.READ_BACK_LAG_S = 0.01
 
 
 # -- the forked children ------------------------------------------------------------------------------------
