@@ -287,7 +287,8 @@ def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tup
     """Run the campaign in ``workers`` processes (``script worker WORKDIR INDEX CYCLES``: this one, or
     gdrive_campaign.py). Each worker first prints one line per cycle from its dry run ({"cycle", "operations",
     ...}); then the trials, every k = 1, 1 + stride, ... up to the most operations any worker counted, for each
-    fault kind, go one at a time to whichever worker is free.
+    fault kind, go one at a time to whichever worker is free and counted at least k operations in that cycle (a
+    fault at an operation that worker's cycle never reaches would not fire).
     Returns {"trials": [...], "operations": {cycle: N, the fewest any worker's dry run counted: readahead can
     add one}, "staged": {cycle: the checkpoints a healthy run of a save cycle left in local staging}, "seconds":
     wall time}."""
@@ -302,6 +303,7 @@ def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tup
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                                           env=env))
     trials, operations, most, staged = [], {}, {}, {}
+    counted = {p: {} for p in procs}
     try:
         for p in procs:   # each worker's dry runs: the fewest operations is what every worker covers
             for _ in cycles:
@@ -309,7 +311,7 @@ def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tup
                 if not line:
                     break
                 row = json.loads(line)
-                n = row["operations"]
+                n = counted[p][row["cycle"]] = row["operations"]
                 operations[row["cycle"]] = min(n, operations.get(row["cycle"], n))
                 most[row["cycle"]] = max(n, most.get(row["cycle"], n))
                 staged[row["cycle"]] = row.get("staged")
@@ -324,9 +326,10 @@ def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tup
         def feed(p: subprocess.Popen) -> None:
             while True:
                 with lock:
-                    if not jobs:
+                    mine = next((i for i, j in enumerate(jobs) if j["k"] <= counted[p].get(j["cycle"], 0)), None)
+                    if mine is None:
                         break
-                    job = jobs.pop(0)
+                    job = jobs.pop(mine)
                 try:
                     p.stdin.write(json.dumps(job) + "\n")
                     p.stdin.flush()
