@@ -27,7 +27,8 @@ Usage (also what tests/checkpoints/test_fault_campaign.py and bench/fault_campai
     python tests/checkpoints/campaign.py fuse WORKDIR [--workers 2] [--stride 1] [--json OUT]
 
 Each worker is one process with its own FUSE mount; it forks one child per trial (no threads exist in the
-worker when it forks; the store's threads live in the children).
+worker when it forks; the store's threads live in the children). Trials are handed out one at a time to whichever
+worker is free, so that a few slow trials (a fault the store waits out) do not hold up a worker's whole share.
 """
 from __future__ import annotations
 
@@ -35,10 +36,12 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -203,7 +206,7 @@ def _judge(cycle: str, trial: dict, check: dict) -> tuple[str, str]:
     return "ok", "error" if "error" in trial else ""
 
 
-def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[str], stride: int) -> None:
+def worker(workdir: Path, index: int, cycles: list[str]) -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from drive_mount import mounted_drive
     import colabkit.checkpoints.api  # noqa: F401 - loaded once, before the forks
@@ -253,44 +256,111 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
             # the dry run counts the operations, and shows where the save was staged
             dry, _, _, n_ops = run(cycle, f"fail-op {NEVER} EIO", False)
             print(json.dumps({"cycle": cycle, "operations": n_ops, "staged": dry.get("staged")}), flush=True)
-            for kind in kinds:
-                template, persistent = KINDS[kind]
-                for k in range(1 + index * stride, n_ops + 1, of * stride):
-                    started = time.monotonic()
-                    trial, check, code, _ = run(cycle, template.format(k=k), persistent)
-                    outcome, detail = _judge(cycle, trial, check)
-                    if kind == "kill" and code != -signal.SIGKILL:
-                        detail = f"not killed (exit {code}); {detail}"
-                    print(json.dumps({"cycle": cycle, "kind": kind, "k": k, "outcome": outcome, "detail": detail,
-                                      "exit": code, "seconds": round(time.monotonic() - started, 3)}), flush=True)
+
+        def trial(cycle: str, kind: str, k: int) -> dict:
+            template, persistent = KINDS[kind]
+            started = time.monotonic()
+            trial, check, code, _ = run(cycle, template.format(k=k), persistent)
+            outcome, detail = _judge(cycle, trial, check)
+            if kind == "kill" and code != -signal.SIGKILL:
+                detail = f"not killed (exit {code}); {detail}"
+            return {"cycle": cycle, "kind": kind, "k": k, "outcome": outcome, "detail": detail, "exit": code,
+                    "seconds": round(time.monotonic() - started, 3)}
+
+        serve_trials(trial)
+
+
+def serve_trials(trial) -> None:
+    """A worker's main loop: read trials from stdin, one JSON line each ({"cycle", "kind", "k"}), and write
+    ``trial(cycle, kind, k)`` for each as one JSON line, until stdin closes. Each line is flushed before the worker
+    forks again, so that no child inherits (and writes out a second time) buffered output."""
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        job = json.loads(line)
+        print(json.dumps(trial(job["cycle"], job["kind"], job["k"])), flush=True)
 
 
 def run_campaign(workdir: Path, *, workers: int = 2, stride: int = 1, cycles=tuple(CYCLES),
                  kinds=tuple(KINDS), script: str = __file__) -> dict:
-    """Run the campaign in ``workers`` processes (``script worker ...``: this one, or gdrive_campaign.py);
-    returns {"trials": [...], "operations": {cycle: N, the fewest any worker's dry run counted: readahead can
-    add one}, "staged": {cycle: the checkpoints a healthy run of a
-    save cycle left in local staging}, "seconds": wall time}."""
+    """Run the campaign in ``workers`` processes (``script worker WORKDIR INDEX CYCLES``: this one, or
+    gdrive_campaign.py). Each worker first prints one line per cycle from its dry run ({"cycle", "operations",
+    ...}); then the trials, every k = 1, 1 + stride, ... up to the most operations any worker counted, for each
+    fault kind, go one at a time to whichever worker is free and counted at least k operations in that cycle (a
+    fault at an operation that worker's cycle never reaches would not fire).
+    Returns {"trials": [...], "operations": {cycle: N, the fewest any worker's dry run counted: readahead can
+    add one}, "staged": {cycle: the checkpoints a healthy run of a save cycle left in local staging}, "seconds":
+    wall time}."""
     started = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, script, "worker", str(workdir), str(i), str(workers),
-                               ",".join(cycles), ",".join(kinds), str(stride)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(workers)]
-    trials, operations, staged, errors = [], {}, {}, []
-    for p in procs:
-        out, err = p.communicate()
-        for line in out.splitlines():
-            row = json.loads(line)
-            if "operations" in row:   # each worker's dry run: the fewest is what every worker covers
-                operations[row["cycle"]] = min(row["operations"], operations.get(row["cycle"], row["operations"]))
+    logs = [workdir / f"worker{i}.stderr" for i in range(workers)]
+    procs = []
+    for i, log in enumerate(logs):
+        with open(log, "w") as err:
+            procs.append(subprocess.Popen([sys.executable, script, "worker", str(workdir), str(i), ",".join(cycles)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                          env=env))
+    trials, operations, most, staged = [], {}, {}, {}
+    counted = {p: {} for p in procs}
+    try:
+        for p in procs:   # each worker's dry runs: the fewest operations is what every worker covers
+            for _ in cycles:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                row = json.loads(line)
+                n = counted[p][row["cycle"]] = row["operations"]
+                operations[row["cycle"]] = min(n, operations.get(row["cycle"], n))
+                most[row["cycle"]] = max(n, most.get(row["cycle"], n))
                 staged[row["cycle"]] = row.get("staged")
-            else:
-                trials.append(row)
-        if p.returncode != 0:
-            errors.append(err[-3000:])
+        jobs = [{"cycle": cycle, "kind": kind, "k": k} for cycle in cycles if cycle in most for kind in kinds
+                for k in range(1, most[cycle] + 1, stride)]
+        # a seeded shuffle spreads the trials that mostly wait (a fault the store waits out: a restore's read
+        # timeout, a lease record watched for renewals) over the run, where they overlap with other workers' busy
+        # trials, instead of bunching them up (the same k of every kind, or one whole kind at the end)
+        random.Random(0).shuffle(jobs)
+        lock = threading.Lock()
+
+        def feed(p: subprocess.Popen) -> None:
+            while True:
+                with lock:
+                    mine = next((i for i, j in enumerate(jobs) if j["k"] <= counted[p].get(j["cycle"], 0)), None)
+                    if mine is None:
+                        break
+                    job = jobs.pop(mine)
+                try:
+                    p.stdin.write(json.dumps(job) + "\n")
+                    p.stdin.flush()
+                except OSError:   # the worker died: the others take the remaining trials, and it is reported
+                    return
+                line = p.stdout.readline()
+                if not line:
+                    return
+                row = json.loads(line)
+                with lock:
+                    trials.append(row)
+            p.stdin.close()
+
+        threads = [threading.Thread(target=feed, args=(p,), daemon=True) for p in procs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for p in procs:
+            with contextlib.suppress(OSError):
+                p.stdin.close()
+        for p in procs:
+            p.wait()
+    errors = [log.read_text(errors="replace")[-3000:] for p, log in zip(procs, logs) if p.returncode != 0]
     if errors:
         raise RuntimeError("a campaign worker failed:\n" + "\n".join(errors))
+    if set(operations) != set(cycles) or jobs:
+        raise RuntimeError(f"the campaign workers stopped early (dry runs: {sorted(operations)}, {len(jobs)} trials "
+                           f"not run)")
+    trials.sort(key=lambda t: (list(cycles).index(t["cycle"]), list(kinds).index(t["kind"]), t["k"]))
     return {"trials": trials, "operations": operations, "staged": staged, "seconds": time.monotonic() - started}
 
 
@@ -318,12 +388,11 @@ def main(argv=None) -> int:
     fuse.add_argument("--stride", type=int, default=1, help="try every n-th operation only (default: all)")
     fuse.add_argument("--json", type=Path, help="write every trial's outcome here")
     w = sub.add_parser("worker")
-    for name in ("workdir", "index", "of", "cycles", "kinds", "stride"):
+    for name in ("workdir", "index", "cycles"):
         w.add_argument(name)
     args = parser.parse_args(argv)
     if args.command == "worker":
-        worker(Path(args.workdir), int(args.index), int(args.of), args.cycles.split(","), args.kinds.split(","),
-               int(args.stride))
+        worker(Path(args.workdir), int(args.index), args.cycles.split(","))
         return 0
     result = run_campaign(args.workdir, workers=args.workers, stride=args.stride)
     if args.json:

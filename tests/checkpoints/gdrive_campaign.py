@@ -12,7 +12,8 @@ Faults at request k: ``500`` / ``503`` (that request), ``drop`` (the connection 
 
 Each worker starts its own Drive API server in a subprocess (driven through its stdin), prepares every trial's
 folder on the server directly, and forks one child per trial: the children are the "VMs", with their own
-empty local staging folders, talking HTTP to the server like the real client does.
+empty local staging folders, talking HTTP to the server like the real client does. As in campaign.py, trials go
+one at a time to whichever worker is free.
 """
 from __future__ import annotations
 
@@ -29,7 +30,16 @@ REPO = HERE.parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "standins")]
 
 from tests.checkpoints import campaign  # noqa: E402
-from tests.checkpoints.campaign import KEEP, NEVER, _content_ok, _in_child, _judge, _read, state  # noqa: E402
+from tests.checkpoints.campaign import (  # noqa: E402
+    KEEP,
+    NEVER,
+    _content_ok,
+    _in_child,
+    _judge,
+    _read,
+    serve_trials,
+    state,
+)
 
 CYCLES = {name: campaign.CYCLES[name] for name in ("save", "restore")}   # no local-disk mount through the API
 
@@ -94,9 +104,12 @@ def _service_account_key(url: str) -> dict:
 
 def _quick_retries() -> None:
     import colabkit.gdrive as g
-    from colabkit.checkpoints import uploader
+    from colabkit.checkpoints import drive_api, lease, uploader
     g.BACKOFF_START, g.BACKOFF_MAX, g.CREATE_CHECK_S, g.TIMEOUT_S = 0.005, 0.02, 0.01, 0.25
     uploader.BACKOFF_START, uploader.BACKOFF_MAX = 0.005, 0.05
+    # the second look at a listing that may lag: the stand-in's listings lag only when a "stale-list" fault
+    # says so, and then only the next one, however soon it comes
+    drive_api.LISTING_LAG_S = lease.READ_BACK_LAG_S = 0.01
 
 
 # -- the forked children ------------------------------------------------------------------------------------
@@ -149,7 +162,7 @@ def _check(location, local, out):
     check_outcome(DriveApiFolder(location[len("gdrive://"):]), location, local, out)
 
 
-def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[str], stride: int) -> None:
+def worker(workdir: Path, index: int, cycles: list[str]) -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import shutil
     base = workdir / f"api{index}"
@@ -161,7 +174,10 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
     os.environ.update(COLABKIT_DRIVE_API_ROOT=server.url, COLABKIT_DRIVE_CREDENTIALS=str(key),
                       XDG_CACHE_HOME=str(base / "cache"), XDG_CONFIG_HOME=str(base / "config"))
     import colabkit.checkpoints.drive_api  # noqa: F401 - loaded once, before the forks
+    import colabkit.gdrive.auth  # noqa: F401
+    import googleapiclient.discovery  # noqa: F401 - the client libraries too: each child still signs in afresh
     import numpy  # noqa: F401
+    import pydrive2.auth  # noqa: F401
     counter = 0
 
     def fresh(name):
@@ -188,16 +204,18 @@ def worker(workdir: Path, index: int, of: int, cycles: list[str], kinds: list[st
         for cycle in cycles:
             _, _, _, n = run(cycle, "500", NEVER, False)
             print(json.dumps({"cycle": cycle, "operations": n}), flush=True)
-            for kind in kinds:
-                fault, persistent = KINDS[kind]
-                for k in range(1 + index * stride, n + 1, of * stride):
-                    started = time.monotonic()
-                    trial, check, code, _ = run(cycle, fault, k, persistent)
-                    outcome, detail = _judge(cycle, trial, check)
-                    if "unclear" in trial:
-                        outcome, detail = "wrong", f"restore raised {trial['unclear']} instead of CheckpointError"
-                    print(json.dumps({"cycle": cycle, "kind": kind, "k": k, "outcome": outcome, "detail": detail,
-                                      "exit": code, "seconds": round(time.monotonic() - started, 3)}), flush=True)
+
+        def one(cycle: str, kind: str, k: int) -> dict:
+            fault, persistent = KINDS[kind]
+            started = time.monotonic()
+            trial, check, code, _ = run(cycle, fault, k, persistent)
+            outcome, detail = _judge(cycle, trial, check)
+            if "unclear" in trial:
+                outcome, detail = "wrong", f"restore raised {trial['unclear']} instead of CheckpointError"
+            return {"cycle": cycle, "kind": kind, "k": k, "outcome": outcome, "detail": detail, "exit": code,
+                    "seconds": round(time.monotonic() - started, 3)}
+
+        serve_trials(one)
     finally:
         server.close()
 
@@ -216,8 +234,8 @@ def table(result: dict) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
-        workdir, index, of, cycles, kinds, stride = argv[1:]
-        worker(Path(workdir), int(index), int(of), cycles.split(","), kinds.split(","), int(stride))
+        workdir, index, cycles = argv[1:]
+        worker(Path(workdir), int(index), cycles.split(","))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workdir", type=Path)
