@@ -10,6 +10,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "colabkit"
 # bottom to top; a module belongs to the first entry that its dotted name starts with
 LAYERS = [
     ("ground", ["colabkit._version", "colabkit.config", "colabkit.units", "colabkit.optional", "colabkit.mounts",
+                "colabkit.proctree",
                 "colabkit.runtime", "colabkit.deadline", "colabkit.display"]),
     ("locations", ["colabkit.locations"]),
     # portable: what a migrated notebook calls at run time (paths, Drive); migrate/ writes calls to it

@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 
+from ..proctree import descendants
+
 __all__ = ["Child", "exit_status", "with_args"]
 
 
@@ -168,32 +170,6 @@ def _group_of(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
-
-
-def descendants(pid: int) -> set:
-    """PIDs of every process below ``pid`` (Linux /proc; elsewhere none)."""
-    children: dict = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode(errors="replace")
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def sleep_until(condition, timeout: float, step: float = 0.1) -> bool:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..proctree import descendants
 from .spec import Job, JobState, display_path
 
 def job_command(job: Job, output: Path | None, kernel: str | None) -> list:
@@ -72,32 +73,6 @@ def kill_pids(pids: set) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
-
-
-def descendants(pid: int) -> set:
-    """PIDs of every process below `pid` (Linux /proc; elsewhere none, and the process group is signalled)."""
-    children: dict = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode(errors="replace")
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def describe_exit(returncode: int) -> str:
