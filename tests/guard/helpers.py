@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from colabkit.proctree import descendants
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,25 +44,9 @@ def output(tmp_path: Path, name: str) -> tuple[str, str]:
             (tmp_path / f"{name}.err").read_text(errors="replace"))
 
 
-def tree(pid: int) -> set:
-    children: dict = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    found, todo = {pid}, [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL the guard and everything below it at once, as when the VM is reclaimed."""
-    pids = tree(proc.pid)
+    pids = {proc.pid} | descendants(proc.pid)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
