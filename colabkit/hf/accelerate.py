@@ -390,11 +390,15 @@ class AccelerateResume(RunAttributes):
     # -- saving ----------------------------------------------------------------------------------------------
     def save(self, *, wait=False, reason: str = "manual") -> bool:
         """Save now, between batches (every process calls it). ``wait``: True blocks until committed; a number
-        waits at most that long. Returns whether the checkpoint was taken (and, with ``wait``, committed)."""
-        return self._save(reason=reason, wait=wait)
+        waits at most that long. Returns whether the checkpoint was taken (and, with ``wait``, committed).
 
-    def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
-        if self._last_saved == (self.step, self.epoch, self.batch) and not wait:
+        Every call saves the state as it is now, also outside ``ar.batches()`` (a loop of your own), where the
+        step does not move: that checkpoint carries the same step and supersedes the earlier one."""
+        return self._save(reason=reason, wait=wait, manual=True)
+
+    def _save(self, *, reason: str, wait=False, event: str = "save", manual: bool = False) -> bool:
+        # the loops' saves skip a position already saved; a manual one cannot know the model stayed as it was
+        if self._last_saved == (self.step, self.epoch, self.batch) and not wait and not manual:
             return True
         folder = self._scratch / f"step-{self.step}-{self._saves}"
         self._saves += 1

@@ -307,8 +307,11 @@ class AutoResume(RunAttributes):
 
     # -- saving ----------------------------------------------------------------------------------------------
     def save(self, *, wait=False, reason: str = "manual") -> bool:
-        """Save now (between batches). ``wait``: True blocks until committed; a number waits at most that long."""
-        return self._save(reason=reason, wait=wait)
+        """Save now (between batches). ``wait``: True blocks until committed; a number waits at most that long.
+
+        Every call saves the state as it is now, also outside ``ar.batches()`` (a loop of your own), where the
+        step does not move: that checkpoint carries the same step and supersedes the earlier one."""
+        return self._save(reason=reason, wait=wait, manual=True)
 
     def _rng_state(self) -> dict:
         """The global RNG states and the current states of the loader's own generators."""
@@ -344,8 +347,9 @@ class AutoResume(RunAttributes):
 
         return specs, fill
 
-    def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:
-        taken = self._last_saved == (self.step, self.epoch, self.batch) and not wait
+    def _save(self, *, reason: str, wait=False, event: str = "save", manual: bool = False) -> bool:
+        # the loops' saves skip a position already saved; a manual one cannot know the model stayed as it was
+        taken = self._last_saved == (self.step, self.epoch, self.batch) and not wait and not manual
         if taken and self._dist is None:
             return True
         # a distributed run: every rank takes part in the gather at every call, whatever it saved before (only

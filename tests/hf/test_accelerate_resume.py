@@ -434,3 +434,21 @@ if __name__ == "__main__":
     result = worker(json.loads(sys.argv[1]))
     if result is not None:
         print("RESULT " + json.dumps(result), flush=True)
+
+
+def test_a_save_called_outside_the_loops_saves_the_state_of_that_moment_every_time(tmp_path, setup):
+    """As colabkit.torch.AutoResume: the step does not move outside ar.batches(), yet every ar.save() saves."""
+    import colabkit
+    accelerator, model, opt, loader = setup
+    ar = colabkit.hf.AccelerateResume(tmp_path / "run", accelerator, deadline=None, verbose=0)
+    for _ in range(2):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        assert ar.save() is True
+    assert ar.checkpoints.wait(30)
+    ar.close()
+    expected = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.zero_()
+    colabkit.hf.AccelerateResume(tmp_path / "run", accelerator, deadline=None, verbose=0).close()
+    assert torch.equal(model.weight, expected)

@@ -779,3 +779,28 @@ def test_an_uncaught_stopped_shows_one_line_in_a_real_ipython_shell(ck_env):
     shown = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert shown == ["colabkit.torch.Stopped: the time budget is 59s away: saved step 41 ... Re-run this cell to "
                      "resume."], proc.stdout + proc.stderr
+
+
+def test_a_save_called_outside_the_loops_saves_the_state_of_that_moment_every_time(tmp_path, ck_env):
+    """A loop of the user's own, not ar.batches(): the step does not move, yet every ar.save() must save the
+    model as it is then (on a fresh AutoResume and after a resume alike), not count as taken already."""
+    import colabkit
+    model, opt = _tiny()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
+    for _ in range(2):
+        with torch.no_grad():
+            model[0].weight.add_(1.0)
+        assert ar.save() is True
+    assert ar.checkpoints.wait(30)
+    ar.close()
+    expected = model[0].weight.detach().clone()
+    model2, opt2 = _tiny(1)
+    again = colabkit.torch.AutoResume(tmp_path / "run", model=model2, opt=opt2, deadline=None, verbose=0)
+    assert torch.equal(model2[0].weight, expected)
+    with torch.no_grad():
+        model2[0].weight.add_(1.0)
+    assert again.save(wait=True) is True   # the first save after a resume, at the restored step
+    again.close()
+    model3, opt3 = _tiny(2)
+    colabkit.torch.AutoResume(tmp_path / "run", model=model3, opt=opt3, deadline=None, verbose=0)
+    assert torch.equal(model3[0].weight, expected + 1.0)
