@@ -13,8 +13,17 @@ One threaded HTTP server on 127.0.0.1 speaks:
   ``nextPageToken`` before the end, as Drive may; ``server.pages_served`` counts answers); ``files.get`` (metadata,
   or bytes with ``alt=media`` and ``Range``); ``files.insert`` metadata-only, ``uploadType=multipart`` and
   ``uploadType=resumable`` (session URI, chunked ``PUT`` with ``Content-Range``, ``308`` + ``Range``, status
-  queries ``bytes */N``); ``files.update``/``patch``; ``files.trash``; ``files.delete`` (recursive for
-  folders); ``about.get``. Duplicate titles in a folder are allowed, as on Drive.
+  queries ``bytes */N``); ``files.update``/``patch``; ``files.trash`` (or ``labels.trashed`` set by an update)
+  moves to Trash, ``files.delete`` deletes for good (recursive for folders, trashed descendants too),
+  ``files.emptyTrash`` (``DELETE /drive/v2/files/trash``) deletes everything in Trash; ``about.get`` counts
+  the bytes stored, Trash included (``quotaBytesUsed``), and those in Trash (``quotaBytesUsedInTrash``).
+  Duplicate titles in a folder are allowed, as on Drive.
+* A linked Drive mount (``server.link_mount(drive.backing / "MyDrive", drive.trash)``, a ``drive_mount`` made
+  with ``trash=True``): before each Drive request the server takes in what the mount holds, as Drive's sync
+  does: files and folders there appear in My Drive, what the mount deleted into its Trash appears trashed under
+  its old folder (also when the server never saw it before: Drive had it uploaded by then), what vanished
+  otherwise (a rename's old name) is gone for good. Deleting a trashed item for good through the API takes it
+  out of the mount's Trash too. Not modelled: changes through the API showing on the mount.
 * Shared links as gdown fetches them: ``GET /uc?id=...`` (the file, with ``Content-Disposition``; an HTML
   "not found" page otherwise) and ``GET /embeddedfolderview?id=...`` (the folder listing page).
 
@@ -90,6 +99,7 @@ import html
 import io
 import itertools
 import json
+import os
 import re
 import secrets
 import threading
@@ -147,6 +157,7 @@ class DriveState:
         self.public: set[str] = set()          # ids shared "anyone with the link"
         self.drives: dict[str, dict] = {}      # shared drives: id -> {"id", "name"}
         self.throttled: set[str] = set()       # shared ids whose link answers "Too many users have viewed..."
+        self.mount: dict | None = None         # a linked Drive mount stand-in (link_mount)
 
     def new_id(self) -> str:
         return "1" + secrets.token_urlsafe(24).replace("-", "x").replace("_", "y")[:32]
@@ -213,10 +224,103 @@ class DriveState:
         return meta
 
     def delete(self, fid: str) -> None:
+        """Delete for good (a folder with everything below it, trashed or not)."""
         for child in self.children(fid, trashed=None):
             self.delete(child["id"])
         self.files.pop(fid, None)
         self.content.pop(fid, None)
+        if self.mount is not None and fid in self.mount["trashed"]:   # out of the mount's Trash too
+            stored = os.path.join(self.mount["trash"], str(self.mount["trashed"].pop(fid)))
+            if os.path.isdir(stored):
+                os.rmdir(stored)
+            elif os.path.lexists(stored):
+                os.unlink(stored)
+
+    def in_trash(self, fid: str) -> bool:
+        """Trashed itself or below a trashed folder (Drive trashes a folder's contents with it)."""
+        while fid in self.files:
+            meta = self.files[fid]
+            if meta["labels"]["trashed"]:
+                return True
+            fid = meta["parents"][0]["id"] if meta["parents"] else None
+        return False
+
+    def bytes_used(self) -> tuple[int, int]:
+        """(bytes stored, Trash included; bytes in Trash): what counts against the storage quota."""
+        sizes = [(len(data), self.in_trash(fid)) for fid, data in self.content.items()]
+        return sum(n for n, _ in sizes), sum(n for n, trashed in sizes if trashed)
+
+    def empty_trash(self) -> None:
+        for fid in [fid for fid, meta in self.files.items() if meta["labels"]["trashed"]]:
+            if fid in self.files:
+                self.delete(fid)
+
+    # -- a linked Drive mount stand-in (tests/standins/drivefs.py with --trash) ----------------------------
+    def link_mount(self, my_drive, trash) -> None:
+        self.mount = {"root": os.fspath(my_drive), "trash": os.fspath(trash), "ids": {}, "stamps": {},
+                      "trashed": {}, "taken": set()}
+
+    def sync_mount(self) -> None:
+        """Take in the linked mount's files and its Trash, as Drive's sync does (see the module docstring)."""
+        if self.mount is None:
+            return
+        try:
+            from .drivefs import read_trash
+        except ImportError:   # loaded as a top-level module (its folder on sys.path)
+            from drivefs import read_trash  # type: ignore[no-redef]
+        with self.lock:
+            mount, present = self.mount, set()
+            for folder, dirs, names in os.walk(mount["root"]):
+                rel = os.path.relpath(folder, mount["root"]).replace(os.sep, "/")
+                rel = "" if rel == "." else rel + "/"
+                for name in sorted(dirs) + sorted(names):
+                    path, full = rel + name, os.path.join(folder, name)
+                    present.add(path)
+                    self._take_in(path, full, folder=name in dirs)
+            for entry in read_trash(mount["trash"]):
+                if entry["n"] in mount["taken"] or not entry["path"].startswith("/MyDrive/"):
+                    continue
+                mount["taken"].add(entry["n"])
+                path = entry["path"][len("/MyDrive/"):]
+                fid = mount["ids"].get(path)
+                if fid not in self.files or path in present or self.files[fid]["labels"]["trashed"]:
+                    stored = os.path.join(mount["trash"], str(entry["n"]))
+                    fid = self._take_in(path, stored, folder=entry["kind"] == "folder", new=True)
+                self.files[fid]["labels"]["trashed"] = True
+                mount["trashed"][fid] = entry["n"]
+            for path, fid in list(mount["ids"].items()):   # gone from the mount, not to its Trash: renamed away
+                if path not in present and fid in self.files and not self.files[fid]["labels"]["trashed"]:
+                    self.delete(fid)
+
+    def _take_in(self, path: str, full: str, *, folder: bool, new: bool = False) -> str:
+        """The id of the mount's item at ``path`` (its bytes from ``full``), made (or updated) as needed."""
+        mount = self.mount
+        fid = mount["ids"].get(path)
+        if not new and fid in self.files and not self.files[fid]["labels"]["trashed"]:
+            st = os.stat(full)
+            if not folder and mount["stamps"].get(fid) != (st.st_size, st.st_mtime_ns):
+                with open(full, "rb") as fh:
+                    self.set_content(fid, fh.read())
+                mount["stamps"][fid] = (st.st_size, st.st_mtime_ns)
+            return fid
+        parent_path, _, title = path.rpartition("/")
+        parent = ROOT_ID if not parent_path else self._mount_folder(parent_path)
+        if folder:
+            fid = self.add(title, parent, mime=FOLDER)["id"]
+        else:
+            with open(full, "rb") as fh:
+                fid = self.add(title, parent, data=fh.read())["id"]
+            st = os.stat(full)
+            mount["stamps"][fid] = (st.st_size, st.st_mtime_ns)
+        if not new or mount["ids"].get(path) not in self.files:
+            mount["ids"][path] = fid
+        return fid
+
+    def _mount_folder(self, path: str) -> str:
+        fid = self.mount["ids"].get(path)
+        if fid in self.files:
+            return fid
+        return self._take_in(path, "", folder=True, new=True)
 
 
 # -- the q language subset -------------------------------------------------------------------------------
@@ -296,6 +400,11 @@ class DriveServer(ThreadingHTTPServer):
     def start(self):
         self.thread.start()
         return self
+
+    def link_mount(self, my_drive, trash) -> None:
+        """Let this Drive see a drive_mount stand-in's files and Trash (``drive.backing / "MyDrive"``,
+        ``drive.trash``): see the module docstring."""
+        self.state.link_mount(my_drive, trash)
 
     def stop(self):
         self._stopping.set()            # stalled requests end (their connections close unanswered)
@@ -609,12 +718,15 @@ class _Handler(BaseHTTPRequestHandler):
     # -- Drive v2 --------------------------------------------------------------------------------------
     def _drive(self, path: str, query: dict, body: bytes):
         state = self.server.state
+        state.sync_mount()
         if path == "/drive/v2/about":
             own = self._who not in self.server.no_quota     # a service account's storage quota is 0 bytes
+            used, in_trash = state.bytes_used()
             return self._json(200, {"kind": "drive#about", "name": self.server.user["displayName"],
                                     "user": {"kind": "drive#user", **self.server.user},
                                     "rootFolderId": ROOT_ID, "quotaType": "LIMITED",
-                                    "quotaBytesTotal": str(15 << 30) if own else "0", "quotaBytesUsed": "0"})
+                                    "quotaBytesTotal": str(15 << 30) if own else "0", "quotaBytesUsed": str(used),
+                                    "quotaBytesUsedAggregate": str(used), "quotaBytesUsedInTrash": str(in_trash)})
         if path == "/drive/v2/drives" and self.command == "GET":
             m = re.fullmatch(r"\s*name\s*=\s*'((?:[^'\\]|\\.)*)'\s*", query.get("q", "")) if query.get("q") else None
             items = [d for d in state.drives.values()
@@ -626,6 +738,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not m:
             return self._error(404, "notFound", f"no route {path}")
         fid, action = m.groups()
+        if fid == "trash" and action is None and self.command == "DELETE":   # files.emptyTrash: all of it
+            with state.lock:
+                state.empty_trash()
+            return self._send(204)
         if fid == "root":
             fid = ROOT_ID
         if fid is None:

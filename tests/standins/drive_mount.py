@@ -97,6 +97,7 @@ class DriveMount:
     log: Path
     rate: float | None
     process: subprocess.Popen | None = None
+    trash: Path | None = None          # Drive's Trash, when mounted with trash=True
     _mtime_ns: int = field(default=0, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -199,14 +200,15 @@ def _stop(drive: DriveMount) -> None:
 @contextlib.contextmanager
 def mounted_drive(tmp_path: os.PathLike | str, rate: float | None = 20e6, *, read_rate: float | None = None,
                   mountpoint: os.PathLike | str | None = None, backing: os.PathLike | str | None = None,
-                  fault: str = "ok", my_drive: bool = True, extra_args: list[str] | tuple = ()
-                  ) -> Iterator[DriveMount]:
+                  fault: str = "ok", my_drive: bool = True, extra_args: list[str] | tuple = (),
+                  trash: bool = False) -> Iterator[DriveMount]:
     """Mount the Drive stand-in for the duration of the ``with`` block.
 
     ``rate``: write throughput in bytes/s (None or 0: unthrottled). ``read_rate``: likewise for reads (default
     unthrottled). ``mountpoint`` / ``backing`` default to ``<tmp_path>/drivefs/mnt`` and
     ``<tmp_path>/drivefs/backing``; the backing folder may already hold files (a "remount" sees them).
-    ``my_drive`` creates ``MyDrive/`` in it, as Colab shows. ``fault`` is the initial fault mode.
+    ``my_drive`` creates ``MyDrive/`` in it, as Colab shows. ``fault`` is the initial fault mode. ``trash``:
+    deletes go to Drive's Trash, the folder ``drive.trash`` (drivefs ``--trash``; ``drivefs.read_trash``).
     Raises RuntimeError (with the filesystem's stderr) if the mount does not come up.
     """
     base = Path(tmp_path) / "drivefs"
@@ -219,6 +221,9 @@ def mounted_drive(tmp_path: os.PathLike | str, rate: float | None = 20e6, *, rea
     drive.mountpoint.mkdir(parents=True, exist_ok=True)
     if my_drive:
         (drive.backing / "MyDrive").mkdir(exist_ok=True)
+    if trash:
+        drive.trash = base / f"{tag}.trash"
+        extra_args = [*extra_args, "--trash", str(drive.trash)]
     drive.set_fault(fault)
     _start(drive, read_rate, list(extra_args))
     try:

@@ -5,7 +5,7 @@ Usage::
 
     python tests/standins/drivefs.py BACKING MOUNTPOINT [--rate BYTES_PER_S] [--read-rate BYTES_PER_S]
                                      [--burst BYTES] [--open-latency S] [--control FILE [--log-ops]]
-                                     [--foreground] [--debug]
+                                     [--trash DIR] [--foreground] [--debug]
 
 What it reproduces of Colab's Drive mount (see shared/docs/colab-facts.md, "Google Drive as mounted on Colab"):
 
@@ -14,6 +14,12 @@ What it reproduces of Colab's Drive mount (see shared/docs/colab-facts.md, "Goog
 * a round trip per file: ``--open-latency`` seconds (default 0) are spent in every ``open()``/``create()``,
   as a network filesystem fetches a file's metadata and first bytes (other opens go on meanwhile);
 * no links: ``symlink()`` fails with EOPNOTSUPP (errno 95), ``link()`` with ENOSYS (errno 38);
+* deleted files go to Drive's Trash (with ``--trash DIR``, a folder outside the mount): ``unlink()`` moves the
+  file to ``DIR/N`` and ``rmdir()`` leaves an empty ``DIR/N``, and each appends a line to ``DIR/index.jsonl``,
+  ``{"n": N, "path": "/MyDrive/...", "kind": "file"|"folder", "size": BYTES}`` (N counts from 1). An entry is in
+  Trash while ``DIR/N`` exists: emptying Trash (``drive_api.DriveServer.link_mount`` does it for files the API
+  deletes for good) removes it. ``read_trash(DIR)`` lists what is in Trash. Without ``--trash`` a delete is
+  final;
 * ``rename()`` works (it does on Drive; the stand-in's is atomic because the backing folder's is, so a test
   passing here does not prove a protocol relies on nothing more than Drive gives);
 * a mount that fails, driven by a control file outside the mount (re-read whenever its inode, size, mtime or
@@ -83,7 +89,7 @@ with ``fail-op k ...`` / ``drop-at k ...`` / ``kill-at k`` and check what surviv
   - anything else touching the mount (another process, a second thread) adds operations in its own order.
 
 Everything else is a plain passthrough: getattr, readdir, open, create, read, write, flush, fsync, release,
-truncate, statfs, chmod, utimens, mkdir, rmdir, unlink, rename, access, readlink. There are no extended
+truncate, statfs, chmod, utimens, mkdir, rmdir, unlink (without ``--trash``), rename, access, readlink. There are no extended
 attributes and no chown (the kernel answers EOPNOTSUPP / ENOSYS). Kernel attribute and entry caching is
 off (timeouts 0) so that a fault takes effect on the very next operation. The mount shows in /proc/mounts
 as ``drive MOUNTPOINT fuse.drive``, as Colab's does
@@ -123,6 +129,7 @@ except (ImportError, OSError) as exc:  # OSError: mfusepy found no libfuse
 DEFAULT_RATE = 20e6
 DEFAULT_BURST = 1 << 20
 MAX_WRITE = 1 << 20  # libfuse 3 caps max_write at 256 pages (1 MiB on x86)
+TRASH_INDEX = "index.jsonl"   # in the --trash folder: one JSON line per deleted file or folder
 
 FAULT_MODES = ("ok", "enotconn", "enospc", "readonly", "fail-after", "fail-op", "drop-at", "kill-at")
 _USAGE = "ok, enotconn, enospc, readonly, fail-after N, fail-op K ERRNAME, drop-at K ERRNAME, kill-at K"
@@ -228,6 +235,18 @@ def read_ops(control: os.PathLike | str) -> list[tuple[int, str, str]]:
         k, name, path = line.split(" ", 2)
         out.append((int(k), name, _unescape_path(path)))
     return out
+
+
+def read_trash(trash: os.PathLike | str) -> list[dict]:
+    """What the mount's deletes put in Drive's Trash and is still there: the ``index.jsonl`` entries of
+    ``trash`` (``n``, ``path``, ``kind``, ``size``) whose ``trash/N`` still exists, in the order of deletion."""
+    import json
+    try:
+        with open(os.path.join(trash, TRASH_INDEX), encoding="utf-8") as fh:
+            entries = [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
+    return [e for e in entries if os.path.lexists(os.path.join(trash, str(e["n"])))]
 
 
 def _escape_path(path: str | None) -> str:
@@ -460,8 +479,11 @@ class DriveFS(_Operations):
     use_ns = True  # utimens() gets and getattr() returns nanoseconds
 
     def __init__(self, root: str, rate: float = DEFAULT_RATE, read_rate: float = 0, burst: float = DEFAULT_BURST,
-                 control: str | None = None, open_latency: float = 0.0, log_ops: bool = False):
+                 control: str | None = None, open_latency: float = 0.0, log_ops: bool = False,
+                 trash: str | None = None):
         self.root = os.path.realpath(root)
+        self.trash = trash               # deletes go to Drive's Trash there (see the module docstring)
+        self._trash_lock = threading.Lock()
         self.open_latency = open_latency
         self.write_bucket = TokenBucket(rate, burst)
         self.read_bucket = TokenBucket(read_rate, burst)
@@ -542,12 +564,33 @@ class DriveFS(_Operations):
     def rmdir(self, path):
         self.faults.check("mutate", "rmdir", path)
         os.rmdir(self._full(path))
+        if self.trash:
+            self._to_trash(path, "folder", lambda stored: os.mkdir(stored))
         return 0
 
     def unlink(self, path):
         self.faults.check("mutate", "unlink", path)
-        os.unlink(self._full(path))
+        full = self._full(path)
+        if not self.trash:
+            os.unlink(full)
+            return 0
+        size = os.lstat(full).st_size
+        self._to_trash(path, "file", lambda stored: os.rename(full, stored), size)
         return 0
+
+    def _to_trash(self, path: str, kind: str, store, size: int = 0) -> None:
+        """Drive's Trash: ``store(TRASH/N)`` puts the item there, then its index line is appended."""
+        import json
+        with self._trash_lock:
+            index = os.path.join(self.trash, TRASH_INDEX)
+            try:
+                with open(index, encoding="utf-8") as fh:
+                    n = sum(1 for line in fh if line.strip()) + 1
+            except FileNotFoundError:
+                n = 1
+            store(os.path.join(self.trash, str(n)))
+            with open(index, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"n": n, "path": path, "kind": kind, "size": size}) + "\n")
 
     def rename(self, old, new):
         self.faults.check("mutate", "rename", old)
@@ -623,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", help="fault-injection control file (outside the mount)")
     parser.add_argument("--log-ops", action="store_true",
                         help="append 'K NAME PATH' for every counted operation to CONTROL.ops (needs --control)")
+    parser.add_argument("--trash", help="folder (outside the mount) playing Drive's Trash: deletes move there")
     parser.add_argument("--foreground", action="store_true", help="do not daemonize")
     parser.add_argument("--debug", action="store_true", help="libfuse debug output (implies --foreground)")
     parser.add_argument("--subtype", default="drive",
@@ -641,13 +685,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("the control file must be outside the mount")
     os.makedirs(backing, exist_ok=True)
     os.makedirs(mountpoint, exist_ok=True)
+    trash = os.path.abspath(args.trash) if args.trash else None
+    if trash and os.path.realpath(trash).startswith(os.path.realpath(mountpoint) + os.sep):
+        parser.error("the trash folder must be outside the mount")
+    if trash:
+        os.makedirs(trash, exist_ok=True)
     if args.log_ops and not args.control:
         parser.error("--log-ops needs --control (the log is CONTROL.ops)")
     if args.control:
         parse_fault(open(args.control, encoding="utf-8").read() if os.path.exists(args.control) else "")
     ops = DriveFS(backing, rate=args.rate, read_rate=args.read_rate, burst=args.burst,
                   open_latency=args.open_latency, control=os.path.abspath(args.control) if args.control else None,
-                  log_ops=args.log_ops)
+                  log_ops=args.log_ops, trash=trash)
     mfusepy.FUSE(ops, mountpoint, foreground=args.foreground or args.debug, debug=args.debug,
                  fsname="drive", subtype=args.subtype, attr_timeout=0, entry_timeout=0, negative_timeout=0,
                  max_threads=args.max_threads, max_idle_threads=args.max_threads)
