@@ -19,6 +19,7 @@ from . import state as _state
 from . import writer as _writer
 from .buffers import SnapshotBuffers, total_nbytes
 from .destinations import resolve_destination
+from .drive_trash import DriveMountFolder, my_drive_of
 from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, InvalidCheckpoint, new_name
 from .lease import lease_for
 from .manifest import MAX_STEP, ManifestError
@@ -122,7 +123,9 @@ class Checkpoints:
         elif local.resolve() == self.destination.resolve():
             self.dest = None                  # the destination is the local folder: nothing to upload
         else:
-            self.dest = CheckpointFolder(self.destination)
+            my_drive = my_drive_of(self.destination)   # on Drive's mount deletes go to Trash: see drive_trash.py
+            self.dest = CheckpointFolder(self.destination) if my_drive is None else DriveMountFolder(
+                self.destination, my_drive, warn=self._warn)
         # the lease stays in the folder written in place too: a deleted lock file must not let a second writer in
         self._lease = lease_for(self.local if self.dest is None else self.dest, directory, self._warn)
         network = isinstance(self.destination, Path) and self.dest is not None and _mounts.on_network_fs(

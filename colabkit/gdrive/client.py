@@ -148,6 +148,10 @@ class DriveClient:
             items = [i for i in items if i.get("title") == title]
         return sorted(items, key=lambda f: (f.get("createdDate", ""), f["id"]))
 
+    def trashed_children(self, parent_id: str) -> list[dict]:
+        """The items in Drive's Trash whose folder is ``parent_id`` (trashed there, or with their folder)."""
+        return self.list(f"'{_q(parent_id)}' in parents and trashed = true", f"listing Trash of folder {parent_id}")
+
     def pick(self, items: list[dict], where: str) -> dict | None:
         """One of same-named items (Drive allows duplicates); duplicates are reported once. Files: the newest.
         Folders (and shortcuts to folders): choose_folder's rule, the same in every process and every lookup."""

@@ -89,8 +89,8 @@ with ``fail-op k ...`` / ``drop-at k ...`` / ``kill-at k`` and check what surviv
   - anything else touching the mount (another process, a second thread) adds operations in its own order.
 
 Everything else is a plain passthrough: getattr, readdir, open, create, read, write, flush, fsync, release,
-truncate, statfs, chmod, utimens, mkdir, rmdir, unlink (without ``--trash``), rename, access, readlink. There are no extended
-attributes and no chown (the kernel answers EOPNOTSUPP / ENOSYS). Kernel attribute and entry caching is
+truncate, statfs, chmod, utimens, mkdir, rmdir, unlink (without ``--trash``), rename, access, readlink. There
+are no extended attributes and no chown (the kernel answers EOPNOTSUPP / ENOSYS). Kernel attribute and entry caching is
 off (timeouts 0) so that a fault takes effect on the very next operation. The mount shows in /proc/mounts
 as ``drive MOUNTPOINT fuse.drive``, as Colab's does
 (``--subtype mergerfs`` makes it ``fuse.mergerfs``: a FUSE filesystem over a local disk, which colabkit
