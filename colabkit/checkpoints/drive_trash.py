@@ -33,6 +33,7 @@ def my_drive_of(path: Path) -> Path | None:
 
 
 def _tree_size(path: Path) -> int:
+    """Bytes of the files below ``path``; what cannot be read counts 0 (a size only informs a message)."""
     total = 0
     for folder, _, names in os.walk(path):
         for name in names:
@@ -64,11 +65,12 @@ class DriveMountFolder(CheckpointFolder):
         return deleted
 
     def remove_lease(self) -> None:
-        lease = self.path / LEASE_NAME
-        if lease.exists():
-            self._note(LEASE_NAME, lease.stat().st_size)
+        try:
+            self._note(LEASE_NAME, os.lstat(self.path / LEASE_NAME).st_size)
+        except OSError:
+            pass   # none, or the mount fails: the unlink below says which
         super().remove_lease()
-        self._settle()
+        self._settle(say=False)   # a lease of a few hundred bytes is not worth a warning at every close
 
     def remove_all(self) -> None:
         for path in self._candidates():
@@ -80,19 +82,20 @@ class DriveMountFolder(CheckpointFolder):
         self._pending[name] = self._pending.get(name, 0) + nbytes
         self.trashed_bytes += nbytes
 
-    def _settle(self) -> None:
-        """Delete for good, through the API, what is pending and has reached Drive's Trash; say it once when
-        not signed in. Housekeeping: a failure leaves the items pending for the next round."""
+    def _settle(self, *, say: bool = True) -> None:
+        """Delete for good, through the API, what is pending and has reached Drive's Trash; when not signed in,
+        say it once (``say``). Housekeeping: a failure leaves the items pending for the next round."""
         if not self._pending:
             return
         client = _signed_in_client()
         if client is None:
-            self._say_once()
+            if say:
+                self._say_once()
             return
         try:
             for name in _empty_ours(client, self.relative, set(self._pending)):
                 self.trashed_bytes -= self._pending.pop(name)
-        except OSError as exc:   # DriveError is an OSError: the next round tries again
+        except Exception as exc:  # noqa: BLE001 - housekeeping: never fail a save or a release; next round retries
             log.debug("colabkit: deleting old checkpoints from Drive's Trash failed this round: %s", exc)
 
     def _say_once(self) -> None:
@@ -114,7 +117,7 @@ def _signed_in_client():
         return None
     try:
         return _gdrive.connect()
-    except (OSError, ImportError) as exc:   # a sign-in that no longer works, or pydrive2 missing
+    except Exception as exc:  # noqa: BLE001 - a sign-in that no longer works, pydrive2 missing: say it instead
         log.debug("colabkit: Drive API sign-in unusable for emptying Trash: %s", exc)
         return None
 

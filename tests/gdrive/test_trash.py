@@ -122,6 +122,12 @@ def test_retention_on_the_mount_says_once_how_much_it_put_in_trash_when_not_sign
     mount = drive_mount_factory(rate=None, trash=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        with colabkit.Checkpoints(str(mount.my_drive / "runs" / "b"), local_dir=tmp_path / "b") as ckpt:
+            ckpt.save(1, {"w": np.ones(3)}, wait=True)
+    assert [e["path"] for e in drivefs.read_trash(mount.trash)] == ["/MyDrive/runs/b/.colabkit-lease.json"]
+    assert not [w for w in caught if "Trash" in str(w.message)], "a run that deleted no checkpoint says nothing"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         _save_three(str(mount.my_drive / "runs" / "a"), tmp_path)
     said = [str(w.message) for w in caught if "Trash" in str(w.message)]
     assert len(said) == 1, said
@@ -129,4 +135,5 @@ def test_retention_on_the_mount_says_once_how_much_it_put_in_trash_when_not_sign
     size = colabkit.units.format_size(sum(e["size"] for e in first))
     assert size in said[0] and "https://drive.google.com/drive/trash" in said[0]
     assert "colabkit drive login" in said[0] and "gdrive://" in said[0]
-    assert sum(e["size"] for e in drivefs.read_trash(mount.trash)) > 2 * 40_000, "two checkpoints went to Trash"
+    ours = [e for e in drivefs.read_trash(mount.trash) if e["path"].startswith("/MyDrive/runs/a/")]
+    assert sum(e["size"] for e in ours) > 2 * 40_000, "two checkpoints went to Trash"
