@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from .. import mounts as _mounts
@@ -55,6 +56,7 @@ class DriveMountFolder(CheckpointFolder):
         self._pending: dict[str, int] = {}   # names deleted here, still in Drive's Trash as far as we know -> bytes
         self.trashed_bytes = 0               # what this run's deletes put in Trash and did not delete for good
         self._said = False
+        self._lock = threading.Lock()        # the uploader prunes while a release may remove the lease
 
     def prune(self, keep: int, *, on_delete=lambda name: None, **kwargs) -> list[str]:
         def noting(name):
@@ -79,12 +81,17 @@ class DriveMountFolder(CheckpointFolder):
         self._settle()
 
     def _note(self, name: str, nbytes: int) -> None:
-        self._pending[name] = self._pending.get(name, 0) + nbytes
-        self.trashed_bytes += nbytes
+        with self._lock:
+            self._pending[name] = self._pending.get(name, 0) + nbytes
+            self.trashed_bytes += nbytes
 
     def _settle(self, *, say: bool = True) -> None:
         """Delete for good, through the API, what is pending and has reached Drive's Trash; when not signed in,
         say it once (``say``). Housekeeping: a failure leaves the items pending for the next round."""
+        with self._lock:
+            self._settle_locked(say)
+
+    def _settle_locked(self, say: bool) -> None:
         if not self._pending:
             return
         client = _signed_in_client()
