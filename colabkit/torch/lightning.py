@@ -77,8 +77,9 @@ class CheckpointIO(_LightningCheckpointIO):
 
     def __init__(self, directory, *, keep=None, keep_every=None, local_dir=None, resume_from=None, verbose=1):
         self.directory, self.verbose = directory, verbose
-        self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
-                                       resume_from=resume_from)
+        self._store_args = {"keep": keep, "keep_every": keep_every, "local_dir": local_dir, "resume_from": resume_from}
+        self.checkpoints = Checkpoints(directory, **self._store_args)
+        self._closed = False        # teardown closed the store (no uploader thread); the next use opens it again
         self.pointer = _pointer_path(self.checkpoints)
         self.frozen = None          # why later saves are skipped (training stopped after its final save), or None
         self.last_step = None       # the step of the last save taken
@@ -112,7 +113,7 @@ class CheckpointIO(_LightningCheckpointIO):
             return {"format": FORMAT, "name": name, "checkpoint": _fill(tree, buffers)}
 
         step = int(checkpoint.get("global_step") or 0)
-        committed = self.checkpoints.save_snapshot(
+        committed = self.store().save_snapshot(
             step, specs, fill, periodic=self._periodic, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint),
             info={"reason": "lightning", "name": name}, wait=self._wait)
         if committed is None:
@@ -126,7 +127,7 @@ class CheckpointIO(_LightningCheckpointIO):
         if not _is_pointer(path):
             # a checkpoint file of Lightning's own: read without unpickling arbitrary objects
             return TorchCheckpointIO().load_checkpoint(path, map_location=map_location, weights_only=True)
-        restored = self.checkpoints.restore(check=self._check)
+        restored = self.store().restore(check=self._check)
         if restored is None:
             raise CheckpointError(f"{self.directory} holds no valid committed checkpoint to resume from (the "
                                   f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
@@ -198,15 +199,25 @@ class CheckpointIO(_LightningCheckpointIO):
         log.debug("colabkit: Lightning asked to remove %s; the store's retention (keep) decides instead", path)
 
     def teardown(self):
-        """At the end of fit: wait for the newest checkpoint's upload (at least a minute), then free the folder."""
-        if not self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s())):
+        """At the end of fit: wait for the newest checkpoint's upload (at least a minute), then close the store:
+        its uploader thread ends once nothing is left to upload, and the folder is freed for other writers."""
+        committed = self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s()))
+        if not committed:
             self._say(f"the newest checkpoint is not on {self.directory} yet: "
-                      f"{self.checkpoints.status.last_error or 'its upload is still running'}")
-        elif self.checkpoints.wait(0):
-            self.checkpoints.release()
+                      f"{self.checkpoints.status.last_error or 'its upload is still running'}; it goes on in the "
+                      f"background")
+        self.checkpoints.close(timeout=60.0 if committed else 0)
+        self._closed = True
         self.write_pointer()
 
     # -- colabkit's additions ------------------------------------------------------------------------------
+    def store(self) -> Checkpoints:
+        """The store, opened again when a teardown closed it (a later fit, or trainer.save_checkpoint after fit)."""
+        if self._closed:
+            self.checkpoints = Checkpoints(self.directory, **self._store_args)
+            self._closed = False
+        return self.checkpoints
+
     def estimated_save_s(self) -> float:
         measured = self.checkpoints.estimated_save_seconds()
         return measured if measured is not None else 0.2 + self._state_nbytes / 10e6
@@ -314,6 +325,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
                              f"colabkit.torch_lightning.AutoResume stores checkpoints through its own "
                              f"(ar.checkpoint_io). Remove the other plugin from Trainer(plugins=...).")
         trainer.strategy.checkpoint_io = self.checkpoint_io
+        self.record.checkpoints = self.checkpoint_io.store()
         self.checkpoint_io.frozen = None
         self.checkpoint_io.module = pl_module   # what a resume's checkpoint is checked against before loading
 
@@ -328,7 +340,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
                       f"epoch from a fresh iterator, so its remaining batches are not the uninterrupted run's. Use "
                       f"torchdata.stateful_dataloader.StatefulDataLoader for an exact mid-epoch resume.")
         if trainer.global_rank == 0:
-            self.checkpoint_io.checkpoints.claim()
+            self.checkpoint_io.store().claim()
         self._install_signal_handlers()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -347,39 +359,21 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._since_save += 1
-        name = self._interrupt
-        deadline = None
-        if not name and self._watch is not None:
-            deadline = self._watch.due(self.checkpoint_io.estimated_save_s())
-        policy = SavePolicy(self.save_freq, self.every)
-        decision = policy.should_save(trainer.global_step, SaveContext(
-            self._since_save, policy.every_due(time.time() - self._last_save_time), name, deadline))
-        if decision.reason == "signal":
-            self._final_save(trainer, f"{name} received")
-            self._restore_signal_handlers()
-            if name == "SIGTERM":
-                raise SIGTERMException(128 + signal.SIGTERM)
-            # not KeyboardInterrupt: Lightning turns that into sys.exit(1) and leaves SIGINT ignored afterwards
-            raise Stopped(f"{name} received: saved step {trainer.global_step} and stopped training. Re-run this "
-                          f"cell (trainer.fit(..., ckpt_path=\"last\")) to resume.")
-        if decision.reason == "deadline":
-            self._watch.mark_handled(deadline)
-            left = max(1.0, deadline.at - time.time())
-            if deadline.stop_training:
-                why = f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
-                self._final_save(trainer, why, timeout=left, event="deadline-save")
-                raise Stopped(f"{why}: saved step {trainer.global_step} and stopped training. Re-run this cell "
-                              f"(trainer.fit(..., ckpt_path=\"last\")) to resume.")
-            self._save(trainer, f"before {deadline.reason}", wait=left, event="deadline-save")
-            self._say(f"saved step {trainer.global_step} before {deadline.reason}; training continues")
-        elif decision:
+        if _on_last_batch(trainer):
+            # Lightning's loops restored from a save taken after an epoch's last step skip the next epoch
+            # (Lightning 2.6): what is due now is saved at the epoch's end instead, as that epoch's end
+            return
+        decision, name, deadline = self._due(trainer)
+        if not self._stop_or_deadline_save(trainer, decision, name, deadline) and decision:
             self._save(trainer, decision.reason, periodic=True)
 
     def on_train_epoch_end(self, trainer, pl_module):
-        # as Lightning's default ModelCheckpoint would (this callback, a Checkpoint, takes its place)
+        # as Lightning's default ModelCheckpoint would (this callback, a Checkpoint, takes its place); a stop or
+        # deadline due now (or on the epoch's last batch) is saved here too
         self._at_epoch_end = True
         try:
-            self._save(trainer, "epoch")
+            if not self._stop_or_deadline_save(trainer, *self._due(trainer)):
+                self._save(trainer, "epoch")
         finally:
             self._at_epoch_end = False
 
@@ -401,9 +395,13 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
             self._final_save(trainer, "SIGTERM received")
         self._restore_signal_handlers()
 
+    def on_train_end(self, trainer, pl_module):
+        # before Lightning's teardown puts back the handlers it found: restored after it, they would be
+        # Lightning's per-run ones (SIGTERM ignored, the trainer kept alive)
+        self._restore_signal_handlers()
+
     def teardown(self, trainer, pl_module, stage):
-        self._restore_signal_handlers()   # never removes anything: the store keeps what it committed
-        self.checkpoint_io.module = None
+        self.checkpoint_io.module = None   # never removes anything: the store keeps what it committed
 
     def state_dict(self):
         epoch_generators = None if self._epoch_generators is None else list(self._epoch_generators)
@@ -426,6 +424,41 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         self._since_save, self._last_save_time = 0, time.time()
         self.record.event(event, f"step {trainer.global_step} ({reason})")
         return io._committed
+
+    def _due(self, trainer):
+        """(the save decision, the signal received or None, the deadline due or None) now."""
+        name = self._interrupt
+        deadline = None
+        if not name and self._watch is not None:
+            deadline = self._watch.due(self.checkpoint_io.estimated_save_s())
+        policy = SavePolicy(self.save_freq, self.every)
+        decision = policy.should_save(trainer.global_step, SaveContext(
+            self._since_save, policy.every_due(time.time() - self._last_save_time), name, deadline))
+        return decision, name, deadline
+
+    def _stop_or_deadline_save(self, trainer, decision, name, deadline) -> bool:
+        """Save for a signal (then stop) or a deadline (then stop, or go on before the idle cutoff); True when
+        it saved, False when neither is due."""
+        if decision.reason == "signal":
+            self._final_save(trainer, f"{name} received")
+            self._restore_signal_handlers()
+            if name == "SIGTERM":
+                raise SIGTERMException(128 + signal.SIGTERM)
+            # not KeyboardInterrupt: Lightning turns that into sys.exit(1) and leaves SIGINT ignored afterwards
+            raise Stopped(f"{name} received: saved step {trainer.global_step} and stopped training. Re-run this "
+                          f"cell (trainer.fit(..., ckpt_path=\"last\")) to resume.")
+        if decision.reason != "deadline":
+            return False
+        self._watch.mark_handled(deadline)
+        left = max(1.0, deadline.at - time.time())
+        if deadline.stop_training:
+            why = f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
+            self._final_save(trainer, why, timeout=left, event="deadline-save")
+            raise Stopped(f"{why}: saved step {trainer.global_step} and stopped training. Re-run this cell "
+                          f"(trainer.fit(..., ckpt_path=\"last\")) to resume.")
+        self._save(trainer, f"before {deadline.reason}", wait=left, event="deadline-save")
+        self._say(f"saved step {trainer.global_step} before {deadline.reason}; training continues")
+        return True
 
     def _final_save(self, trainer, why, timeout=None, event="save"):
         wait = self.record.final_wait_s(self.checkpoint_io.estimated_save_s()) if timeout is None else timeout
@@ -472,6 +505,12 @@ def _is_pointer(path) -> bool:
     except OSError:
         return False
     return POINTER.encode() in head
+
+
+def _on_last_batch(trainer) -> bool:
+    """Whether the batch just trained is its epoch's last (as Lightning's training epoch loop decides it)."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    return progress.is_last_batch or progress.current.ready == trainer.num_training_batches
 
 
 def _batch_of(checkpoint) -> int | None:

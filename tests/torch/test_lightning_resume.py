@@ -70,6 +70,7 @@ def worker(spec):
     trainer = L.Trainer(accelerator="cpu", max_epochs=3, enable_progress_bar=False, logger=False,
                         enable_model_summary=False, default_root_dir=spec["root"], callbacks=[Cut(), ar])
     stopped = None
+    handlers = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)]
     try:
         trainer.fit(model, loader, ckpt_path="last")
     except colabkit.torch_lightning.Stopped as exc:
@@ -83,6 +84,26 @@ def worker(spec):
     np.savez(spec["out"], **arrays)
     print("RESULT " + json.dumps({"seen": model.seen, "step": trainer.global_step, "stopped": stopped,
                                   "lr": trainer.optimizers[0].param_groups[0]["lr"]}), flush=True)
+    if spec.get("after_fit"):
+        import weakref
+        refs = [weakref.ref(trainer), weakref.ref(model)]
+        del trainer, model, ar   # as re-running a notebook cell rebinds them
+        after_fit(handlers, refs)
+
+
+def after_fit(handlers, refs):
+    """What a notebook has after fit(): its signal handlers as before, no thread left, the trainer and model
+    freed once the cell's names go; then a SIGTERM ends the process as it would without Lightning."""
+    import gc
+    import threading
+
+    kept = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)] == handlers
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    gc.collect()
+    alive = [type(r()).__name__ for r in refs if r() is not None]
+    print("AFTER " + json.dumps({"handlers_kept": kept, "threads": threads, "alive": alive}), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("SURVIVED SIGTERM", flush=True)
 
 
 def _run(env, expect_rc=0, **spec):
@@ -116,6 +137,28 @@ def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(t
     from colabkit.checkpoints.folder import CheckpointFolder
     files = {p.name for c in CheckpointFolder(tmp_path / "run").committed() for p in c.path.iterdir()}
     assert files <= {"arrays.npz", "state.json", "MANIFEST.json"}, files
+
+
+@pytest.mark.slow
+def test_sigterm_on_an_epochs_last_batch_resumes_the_next_epoch_bit_exactly(tmp_path, ck_env):
+    """A stop after the last batch's step (6 batches an epoch) is saved as the epoch's end: the resumed run trains
+    the two epochs left, not one, and ends where an uninterrupted run does. The uninterrupted run, after fit(),
+    has its signal handlers back as they were, no uploader thread, and its trainer and model freed."""
+    common = {"root": str(tmp_path / "root")}
+    # the uninterrupted run also shows what fit() leaves behind (see after_fit)
+    expected, out, explain = _run(ck_env, -signal.SIGTERM, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"),
+                                  after_fit=True, **common)
+    after = json.loads(next(ln for ln in out.splitlines() if ln.startswith("AFTER "))[6:])
+    assert after == {"handlers_kept": True, "threads": [], "alive": []}, explain
+    assert "SURVIVED" not in out, explain
+    _, cut_out, explain = _run(ck_env, 143, dest=str(tmp_path / "run"), out=str(tmp_path / "cut.npz"),
+                               sigterm_at=[0, 5], **common)
+    assert "SIGTERM received: saved step 6 (committed to" in cut_out, explain
+    resumed, out, explain = _run(ck_env, dest=str(tmp_path / "run"), out=str(tmp_path / "resumed.npz"), **common)
+    assert "resuming Lightning from step 6 (epoch 0, batch 6)" in out, explain
+    assert resumed["step"] == expected["step"] == 18, explain
+    assert resumed["seen"] == [s for s in expected["seen"] if s[0] >= 1], explain
+    assert _compare(tmp_path, "resumed") == [], explain
 
 
 @pytest.mark.slow
