@@ -100,7 +100,7 @@ class CheckpointIO(_LightningCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"colabkit.torch_lightning.CheckpointIO takes no storage_options (got "
                             f"{storage_options!r}); where checkpoints go is the directory it was given.")
-        _check_storable(checkpoint, "checkpoint")
+        _check_storable(checkpoint, "")
         tensors = []
         tree = _encode(checkpoint, tensors)
         specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
@@ -328,6 +328,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         self.record.checkpoints = self.checkpoint_io.store()
         self.checkpoint_io.frozen = None
         self.checkpoint_io.module = pl_module   # what a resume's checkpoint is checked against before loading
+        _check_storable_before_training(trainer, pl_module)
 
     def on_train_start(self, trainer, pl_module):
         self.stopped_for, self._interrupt = None, None
@@ -520,21 +521,45 @@ def _batch_of(checkpoint) -> int | None:
         return None
 
 
-def _check_storable(value, where):
-    """Refuse, naming the key, a value that could only be stored by pickling it."""
+def _check_storable(value, where, outcome="Nothing was saved."):
+    """Refuse, naming the key, a value (or a dict key) that could only be stored by pickling it."""
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor, np.ndarray, np.generic,
                                            torch.dtype, torch.device)):
         return
     if isinstance(value, dict):
         for key, item in value.items():
-            _check_storable(item, f"{where}[{key!r}]")
+            if not isinstance(key, (str, int, float)):
+                _refuse(f"{where} with a key {key!r} of type {type(key).__name__}", where, type(key), outcome)
+            _check_storable(item, f"{where}[{key!r}]", outcome)
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_storable(item, f"{where}[{i}]")
+            _check_storable(item, f"{where}[{i}]", outcome)
         return
-    hint = (" Leave it out of the saved hyperparameters (self.save_hyperparameters(ignore=[...])) or save a name "
-            "or number instead." if "hyper_parameters" in where else
-            " Return only tensors, numbers, strings, lists and dicts from state_dict().")
-    raise CheckpointError(f"Lightning's checkpoint holds {where} of type {type(value).__name__}, which colabkit "
-                          f"stores only by pickling, and it never pickles.{hint} Nothing was saved.")
+    _refuse(f"{where} of type {type(value).__name__}", where, type(value), outcome)
+
+
+def _refuse(what, where, kind, outcome):
+    if "hyper_parameters" not in where:
+        hint = " Return only tensors, numbers, strings, lists and dicts with string keys from state_dict()."
+    elif kind.__module__.split(".")[0] == "omegaconf":   # a DictConfig / ListConfig
+        hint = " Save plain values: self.save_hyperparameters(OmegaConf.to_container(cfg, resolve=True))."
+    else:
+        hint = (" Leave it out of the saved hyperparameters (self.save_hyperparameters(ignore=[...])) or save a "
+                "name or number instead.")
+    raise CheckpointError(f"Lightning's checkpoint holds {what}, which colabkit stores only by pickling, and it "
+                          f"never pickles.{hint} {outcome}")
+
+
+def _check_storable_before_training(trainer, pl_module):
+    """What every save will hold besides tensors and loop counters (the hyperparameters, the callbacks' states),
+    checked at setup: a value that needs pickle is refused now, not at the first save an epoch later."""
+    outcome = "Refused before training: nothing was trained or saved."
+    for owner, key in ((pl_module, "hyper_parameters"), (trainer.datamodule, "datamodule_hyper_parameters")):
+        hparams = getattr(owner, "hparams", None)
+        if hparams:   # as Lightning stores them: a dict's items, or the config object itself
+            _check_storable(dict(hparams) if isinstance(hparams, dict) else hparams, f"[{key!r}]", outcome)
+    for callback in trainer.callbacks:
+        state = callback.state_dict()
+        if state:
+            _check_storable(state, f"['callbacks'][{callback.state_key!r}]", outcome)

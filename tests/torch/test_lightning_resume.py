@@ -244,13 +244,54 @@ def test_a_failed_step_saves_nothing_and_a_plain_dataloader_resume_says_it_is_no
     assert not torch.equal(fresh.net[0].weight, weights)   # loaded, then trained on
 
 
-def test_a_hyperparameter_that_needs_pickle_is_refused_naming_its_key(tmp_path, ck_env):
+class Settings:
+    """A config object of the user's own (picklable, so Lightning keeps it in the hyperparameters)."""
+    lr = 0.01
+
+
+def _a_config():
+    """An OmegaConf DictConfig where OmegaConf is installed, else an object of its own in the same place."""
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:
+        return {"cfg": Settings()}, r"\['hyper_parameters'\]\['cfg'\] of type Settings.*ignore"
+    return OmegaConf.create({"lr": 0.01}), r"\['hyper_parameters'\] of type DictConfig.*OmegaConf.to_container"
+
+
+class _KeyedByClass:
+    """A callback whose state is keyed by class (a registry of the kinds it has seen, say)."""
+
+    def state_dict(self):
+        return {torch.nn.Linear: 1}
+
+
+@pytest.mark.parametrize("case", ["config", "module", "filesystem", "callback keyed by class"])
+def test_a_value_that_needs_pickle_is_refused_at_setup_naming_it_and_the_fix(tmp_path, ck_env, case):
+    """Refused before the first step, not at the first save (here the epoch's end), with the key and the fix."""
+    import fsspec
+    import lightning as L
+
     import colabkit
     model, loader = _build({})
-    model.save_hyperparameters({"width": 8, "loss_fn": torch.nn.MSELoss()})
-    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=1, deadline=None)
-    with pytest.raises(colabkit.CheckpointError, match=r"\['hyper_parameters'\]\['loss_fn'\] of type MSELoss.*ignore"):
-        _trainer(tmp_path, ar, max_epochs=1).fit(model, loader)
+    callbacks = []
+    if case == "config":
+        hparams, match = _a_config()
+        model.save_hyperparameters(hparams)
+    elif case == "module":
+        model.save_hyperparameters({"width": 8, "loss_fn": torch.nn.MSELoss()})
+        match = r"\['hyper_parameters'\]\['loss_fn'\] of type MSELoss.*ignore=\[\.\.\.\]"
+    elif case == "filesystem":
+        model.save_hyperparameters({"fs": fsspec.filesystem("memory")})
+        match = r"\['hyper_parameters'\]\['fs'\] of type MemoryFileSystem.*ignore=\[\.\.\.\]"
+    else:
+        callbacks.append(type("Registry", (_KeyedByClass, L.Callback), {})())
+        match = r"\['callbacks'\]\['Registry'\] with a key <class 'torch.nn.*Linear'>.*string keys from state_dict"
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
+    trainer = _trainer(tmp_path, ar, max_epochs=1)
+    trainer.callbacks.extend(callbacks)
+    with pytest.raises(colabkit.CheckpointError, match=match + r".*nothing was trained or saved"):
+        trainer.fit(model, loader)
+    assert model.seen == []
     assert colabkit.Checkpoints(tmp_path / "run").list() == []
 
 
