@@ -122,9 +122,14 @@ class CheckpointIO(_LightningCheckpointIO):
         self._committed = committed
         self.last_step = step
         self.write_pointer()
+        if Path(path).absolute() != self.pointer.absolute():
+            # a ModelCheckpoint's file: a pointer to this step, so that its links, best_model_path and
+            # ckpt_path="last" / "best" / the path name something
+            _write_pointer_file(Path(path), self.directory, step)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
-        if not _is_pointer(path):
+        pointer = _read_pointer(path)
+        if pointer is None:
             # a checkpoint file of Lightning's own: read without unpickling arbitrary objects
             return TorchCheckpointIO().load_checkpoint(path, map_location=map_location, weights_only=True)
         restored = self.store().restore(check=self._check)
@@ -133,6 +138,11 @@ class CheckpointIO(_LightningCheckpointIO):
                                   f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
                                   f"holds one.")
         checkpoint, self._checked = self._checked, None
+        wanted = pointer.get("step")
+        if wanted is not None and wanted != restored.step:
+            raise CheckpointError(f"{path} names step {wanted} in {self.directory}, whose newest checkpoint is step "
+                                  f"{restored.step}; colabkit.torch_lightning.CheckpointIO restores only the newest "
+                                  f"(ckpt_path=\"last\", or the path of the newest save). Nothing was restored.")
         self._say(f"resuming Lightning from step {restored.step} (epoch {restored.epoch}, batch "
                   f"{restored.batch}) in {self.directory}")
         return checkpoint
@@ -196,6 +206,9 @@ class CheckpointIO(_LightningCheckpointIO):
                                       f"folder. Nothing was restored.")
 
     def remove_checkpoint(self, path):
+        # a ModelCheckpoint's pointer goes, as its file would; the store's retention (keep) decides what it keeps
+        if Path(path).absolute() != self.pointer.absolute() and _read_pointer(path) is not None:
+            Path(path).unlink(missing_ok=True)
         log.debug("colabkit: Lightning asked to remove %s; the store's retention (keep) decides instead", path)
 
     def teardown(self):
@@ -499,13 +512,27 @@ def _pointer_path(checkpoints) -> Path:
     return local.parent / f"{local.name}.lightning" / "last.ckpt"
 
 
-def _is_pointer(path) -> bool:
+def _read_pointer(path) -> dict | None:
+    """The pointer file at ``path`` ({"format", "directory", and "step" for a ModelCheckpoint's}), or None when
+    it is not one (a checkpoint file of Lightning's own, or nothing)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(256)
+            head = f.read(4096)
     except OSError:
-        return False
-    return POINTER.encode() in head
+        return None
+    if POINTER.encode() not in head:
+        return None
+    try:
+        pointer = json.loads(head)
+    except ValueError:
+        return None
+    return pointer if isinstance(pointer, dict) and isinstance(pointer.get("step", 0), int) else None
+
+
+def _write_pointer_file(path: Path, directory, step: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)   # a link ModelCheckpoint made there: replace the link, not what it points to
+    path.write_text(json.dumps({"format": POINTER, "directory": str(directory), "step": step}))
 
 
 def _on_last_batch(trainer) -> bool:

@@ -305,6 +305,43 @@ def test_another_checkpoint_io_plugin_is_refused(tmp_path, ck_env):
         _trainer(tmp_path, ar, plugins=[AsyncCheckpointIO()]).fit(model, loader)
 
 
+def test_the_plain_plugin_under_a_model_checkpoint_keeps_its_files_and_links_and_resumes_from_them(tmp_path, ck_env):
+    """ModelCheckpoint(save_last="link") into a folder that does not exist yet: its files (pointers into the store)
+    and its last.ckpt link exist; ckpt_path="last" and the newest file's path resume; an older file's path is
+    refused, saying why, since the store restores only its newest checkpoint."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    import colabkit
+
+    def trainer(max_epochs):
+        mc = ModelCheckpoint(dirpath=str(tmp_path / "mc"), monitor=None, save_top_k=-1, save_last="link")
+        return L.Trainer(accelerator="cpu", max_epochs=max_epochs, enable_progress_bar=False, logger=False,
+                         enable_model_summary=False, default_root_dir=str(tmp_path / "root"), callbacks=[mc],
+                         plugins=[colabkit.torch_lightning.CheckpointIO(tmp_path / "run")])
+
+    model, loader = _build({})
+    trainer(2).fit(model, loader)
+    files = sorted(p.name for p in (tmp_path / "mc").iterdir())
+    assert files == ["epoch=0-step=6.ckpt", "epoch=1-step=12.ckpt", "last.ckpt"], files
+    last = tmp_path / "mc" / "last.ckpt"
+    assert last.is_symlink() and last.resolve() == (tmp_path / "mc" / "epoch=1-step=12.ckpt").resolve()
+
+    for ckpt_path, epochs in (("last", 3), (str(tmp_path / "mc" / "epoch=2-step=18.ckpt"), 4)):
+        model, loader = _build({})
+        resumed = trainer(epochs)
+        resumed.fit(model, loader, ckpt_path=ckpt_path)
+        assert [s[0] for s in model.seen] == [epochs - 1] * 6 and resumed.global_step == 6 * epochs, ckpt_path
+
+    model, loader = _build({})
+    with pytest.raises(colabkit.CheckpointError, match=r"epoch=0-step=6.ckpt names step 6 in .*newest checkpoint is "
+                                                       r"step 24.*restores only the newest"):
+        trainer(5).fit(model, loader, ckpt_path=str(tmp_path / "mc" / "epoch=0-step=6.ckpt"))
+    assert model.seen == []
+    dangling = [p.name for p in (tmp_path / "mc").iterdir() if not p.exists()]
+    assert dangling == [] and (tmp_path / "mc" / "last.ckpt").resolve().name == "epoch=3-step=24.ckpt"
+
+
 def test_bad_arguments_name_the_value(tmp_path, ck_env):
     import colabkit
     with pytest.raises(ValueError, match="save_freq=0 is invalid"):
