@@ -205,6 +205,9 @@ class CheckpointIO(_LightningCheckpointIO):
                                       f"{tuple(value.shape)} now. Resume with the same model, or use another "
                                       f"folder. Nothing was restored.")
 
+    def __getstate__(self):
+        raise _not_copyable("colabkit.torch_lightning.CheckpointIO")
+
     def remove_checkpoint(self, path):
         # a ModelCheckpoint's pointer goes, as its file would; the store's retention (keep) decides what it keeps
         if Path(path).absolute() != self.pointer.absolute() and _read_pointer(path) is not None:
@@ -417,6 +420,9 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
     def teardown(self, trainer, pl_module, stage):
         self.checkpoint_io.module = None   # never removes anything: the store keeps what it committed
 
+    def __getstate__(self):
+        raise _not_copyable("colabkit.torch_lightning.AutoResume")
+
     def state_dict(self):
         epoch_generators = None if self._epoch_generators is None else list(self._epoch_generators)
         return {"rng": _rng_state(), "epoch_generators": epoch_generators, "epoch_end": self._at_epoch_end}
@@ -498,6 +504,17 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+def _not_copyable(what) -> ValueError:
+    """Why the plugin and the callback cannot be pickled: they hold the store's uploader thread and its claim on the
+    folder, which belong to this process. strategy="ddp_spawn" pickles the trainer to start its processes, so it
+    is refused here, before any starts, as every trainer of several processes is."""
+    return ValueError(f"{what} runs in one process and cannot be pickled (it holds this process's background "
+                      f"uploader and its claim on the checkpoint folder). A trainer with strategy=\"ddp_spawn\" "
+                      f"pickles it to start its processes; torch.save(trainer) pickles it too. Train with devices=1 "
+                      f"(and num_nodes=1), or use colabkit.torch.AutoResume in a plain PyTorch loop under torchrun, "
+                      f"which agrees every save across ranks; save the model with trainer.save_checkpoint(...).")
+
 
 def _say(message, verbose):
     log.info("colabkit: %s", message)

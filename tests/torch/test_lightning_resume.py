@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("lightning")
+L = pytest.importorskip("lightning")
 
 
 def _build(spec):
@@ -361,6 +361,41 @@ def test_a_trainer_of_several_processes_is_refused_before_training(tmp_path, ck_
     assert trainer.world_size == 2
     with pytest.raises(ValueError, match=r"one process.*world_size=2"):
         ar.setup(trainer, model, "fit")   # what fit() calls on each rank once the processes are up
+
+
+class Picklable(L.LightningModule):
+    """A model that ddp_spawn can send to its processes (one defined inside a function cannot be)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+        self.steps = 0
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        return self.net(batch[0]).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_ddp_spawn_is_refused_before_any_process_starts_with_what_to_do(tmp_path, ck_env):
+    """ddp_spawn pickles the trainer to start its processes; the callback and the plugin refuse to be pickled
+    (they hold this process's uploader), with the guidance for trainers of several processes."""
+    import pickle
+
+    import colabkit
+    _, loader = _build({})
+    model = Picklable()
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
+    trainer = L.Trainer(accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=1, logger=False,
+                        enable_progress_bar=False, default_root_dir=str(tmp_path / "root"), callbacks=[ar])
+    guidance = r"AutoResume runs in one process.*ddp_spawn.*devices=1.*colabkit.torch.AutoResume"
+    with pytest.raises(ValueError, match=guidance):
+        trainer.fit(model, loader)
+    assert model.steps == 0
+    with pytest.raises(ValueError, match=r"CheckpointIO runs in one process.*torch.save\(trainer\)"):
+        pickle.dumps(colabkit.torch_lightning.CheckpointIO(tmp_path / "run"))
 
 
 def test_a_model_checkpoint_beside_autoresume_is_refused_with_what_to_do(tmp_path, ck_env):
