@@ -73,6 +73,10 @@ class CheckpointIO(_LightningCheckpointIO):
     valid committed checkpoint; another path is read with ``torch.load(weights_only=True)``.
     ``remove_checkpoint`` deletes nothing from the store: its retention (``keep``) decides, and never deletes
     the last good checkpoint before a newer one is committed.
+    A save at another path than the callback's pointer (a ``ModelCheckpoint``'s) leaves a pointer file there
+    naming its step, which ``remove_checkpoint`` deletes; loading one restores the store's newest checkpoint if
+    it is that step, and otherwise says so. ``teardown`` closes the store (no uploader thread is left); the
+    next save or load opens it again. Neither the plugin nor the callback can be pickled (``ddp_spawn``).
     """
 
     def __init__(self, directory, *, keep=None, keep_every=None, local_dir=None, resume_from=None, verbose=1):
