@@ -576,7 +576,7 @@ def _check_storable(value, where, outcome="Nothing was saved."):
         return
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, (str, int, float)):
+            if not isinstance(key, (str, int, float, type(None))):   # JSON's scalars, as the store's codec
                 _refuse(f"{where} with a key {key!r} of type {type(key).__name__}", where, type(key), outcome)
             _check_storable(item, f"{where}[{key!r}]", outcome)
         return
