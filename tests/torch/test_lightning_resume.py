@@ -122,9 +122,19 @@ def _compare(tmp_path, name):
 
 
 @pytest.mark.slow
-def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(tmp_path, ck_env):
+def test_sigterm_mid_epoch_or_on_an_epochs_last_batch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(tmp_path,
+                                                                                                        ck_env):
+    """SIGTERM at (epoch 1, batch 2), and at an epoch's last batch (6 batches an epoch), which is saved as the
+    epoch's end: each resumed run ends where the uninterrupted one does (Lightning restored from a save after
+    the last step would skip the next epoch). The uninterrupted run, after fit(), has its signal handlers back as
+    they were, no uploader thread, and its trainer and model freed."""
     common = {"root": str(tmp_path / "root")}
-    expected, _, _ = _run(ck_env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"), **common)
+    expected, out, explain = _run(ck_env, -signal.SIGTERM, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"),
+                                  after_fit=True, **common)
+    after = json.loads(next(ln for ln in out.splitlines() if ln.startswith("AFTER "))[6:])
+    assert after == {"handlers_kept": True, "threads": [], "alive": []}, explain
+    assert "SURVIVED" not in out, explain   # the SIGTERM after fit() ended it
+
     _, cut_out, explain = _run(ck_env, 143, dest=str(tmp_path / "run"), out=str(tmp_path / "cut.npz"),
                                sigterm_at=[1, 2], **common)
     assert "SIGTERM received: saved step 9 (committed to" in cut_out, explain
@@ -133,32 +143,19 @@ def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(t
     assert _compare(tmp_path, "resumed") == [], explain
     assert resumed["step"] == expected["step"] == 18 and resumed["lr"] == expected["lr"]
     assert resumed["seen"] == [s for s in expected["seen"] if (s[0], s[1]) >= (1, 3)], explain
+
+    _, cut_out, explain = _run(ck_env, 143, dest=str(tmp_path / "last"), out=str(tmp_path / "cut.npz"),
+                               sigterm_at=[0, 5], **common)
+    assert "SIGTERM received: saved step 6 (committed to" in cut_out, explain
+    resumed, out, explain = _run(ck_env, dest=str(tmp_path / "last"), out=str(tmp_path / "last.npz"), **common)
+    assert "resuming Lightning from step 6 (epoch 0, batch 6)" in out, explain
+    assert resumed["step"] == 18 and resumed["seen"] == [s for s in expected["seen"] if s[0] >= 1], explain
+    assert _compare(tmp_path, "last") == [], explain
+
     # what the store holds: arrays and JSON, nothing pickled
     from colabkit.checkpoints.folder import CheckpointFolder
     files = {p.name for c in CheckpointFolder(tmp_path / "run").committed() for p in c.path.iterdir()}
     assert files <= {"arrays.npz", "state.json", "MANIFEST.json"}, files
-
-
-@pytest.mark.slow
-def test_sigterm_on_an_epochs_last_batch_resumes_the_next_epoch_bit_exactly(tmp_path, ck_env):
-    """A stop after the last batch's step (6 batches an epoch) is saved as the epoch's end: the resumed run trains
-    the two epochs left, not one, and ends where an uninterrupted run does. The uninterrupted run, after fit(),
-    has its signal handlers back as they were, no uploader thread, and its trainer and model freed."""
-    common = {"root": str(tmp_path / "root")}
-    # the uninterrupted run also shows what fit() leaves behind (see after_fit)
-    expected, out, explain = _run(ck_env, -signal.SIGTERM, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"),
-                                  after_fit=True, **common)
-    after = json.loads(next(ln for ln in out.splitlines() if ln.startswith("AFTER "))[6:])
-    assert after == {"handlers_kept": True, "threads": [], "alive": []}, explain
-    assert "SURVIVED" not in out, explain
-    _, cut_out, explain = _run(ck_env, 143, dest=str(tmp_path / "run"), out=str(tmp_path / "cut.npz"),
-                               sigterm_at=[0, 5], **common)
-    assert "SIGTERM received: saved step 6 (committed to" in cut_out, explain
-    resumed, out, explain = _run(ck_env, dest=str(tmp_path / "run"), out=str(tmp_path / "resumed.npz"), **common)
-    assert "resuming Lightning from step 6 (epoch 0, batch 6)" in out, explain
-    assert resumed["step"] == expected["step"] == 18, explain
-    assert resumed["seen"] == [s for s in expected["seen"] if s[0] >= 1], explain
-    assert _compare(tmp_path, "resumed") == [], explain
 
 
 @pytest.mark.slow
