@@ -91,8 +91,9 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
     names and, in lists, class names: the same code finds each variable at the same place), including
     optimizers that are attributes of the model or sit in its lists and dicts (built on resume when they were
     built in the saved run), LossScaleOptimizer internals, metrics and seed generators; the state of
-    EarlyStopping, ReduceLROnPlateau, ModelCheckpoint and TensorBoard; CSVLogger appends to its file from where
-    the checkpoint was taken; any callback with ``get_state()`` / ``set_state(state)``. Checkpoints are
+    EarlyStopping, ReduceLROnPlateau, ModelCheckpoint (its ``best`` is forgotten when its file is not on this
+    machine, so that the file is written again) and TensorBoard; CSVLogger appends to its file from where the
+    checkpoint was taken; any callback with ``get_state()`` / ``set_state(state)``. Checkpoints are
     taken after every other callback's ``on_train_batch_end`` / ``on_epoch_end``, wherever AutoResume is in
     the list. The callback can be reused across fit() calls; when fit() is left by an exception, the last
     save is committed (bounded wait) before the exception goes on.

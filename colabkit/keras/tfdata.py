@@ -5,7 +5,8 @@ A tf.data pipeline keeps state from one pass over the data to the next that a fr
 iterator made over a reshuffling ``shuffle()`` (``reshuffle_each_iteration``, the default) takes the next
 seed from that shuffle's seed generator, so after a restart epoch N would get epoch 0's order; a Keras random
 layer in ``map()`` keeps its seed in a variable; with ``.repeat()`` and ``steps_per_epoch`` one iterator
-runs across epochs.
+runs across epochs; a ``cache()`` above a reshuffling shuffle is filled by the first epoch, which every later
+epoch replays, so a resumed process (its cache empty) must read that shuffle in the first epoch's order.
 
 tf.data can save a whole iterator (``tf.train.Checkpoint(iterator=...)``), but a running iterator's state
 holds its buffers' elements: with ``shuffle(10_000)`` over 3 kB elements, 31 MB in every checkpoint. What
@@ -392,7 +393,7 @@ def _pipeline_state(dataset) -> _Pipeline:
                 if kind == "_ParallelMapDataset" and _parallel(node):
                     racing.update(stateful_random_calls(ops))
                     if ops & VARIABLE_WRITES:
-                        racing.add("a Keras random layer")
+                        racing.add("a Keras random layer (or another variable update)")
             inputs = list(node._inputs())
         except Exception:  # noqa: BLE001 - a part colabkit cannot look into
             inputs = []
