@@ -7,6 +7,9 @@
             ...
         sched.step()                      # per-epoch code runs before the epoch-end save
 
+``for i, batch in ar.enumerate(loader)`` gives each batch's index in the epoch, from the resumed batch on (the
+builtin ``enumerate(ar.batches(loader))`` counts from 0 again after a resume).
+
 Everything passed by name with ``state_dict()`` / ``load_state_dict()`` (modules, optimizers, LR schedulers,
 ``torch.amp.GradScaler``, your own objects) is saved and restored, with ``ar.state`` (values of your own:
 JSON-able, tensors, NumPy arrays), the step and epoch counters, the RNG states (torch CPU and CUDA, NumPy,
