@@ -779,3 +779,36 @@ def test_an_uncaught_stopped_shows_one_line_in_a_real_ipython_shell(ck_env):
     shown = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert shown == ["colabkit.torch.Stopped: the time budget is 59s away: saved step 41 ... Re-run this cell to "
                      "resume."], proc.stdout + proc.stderr
+
+
+def test_the_batch_index_counts_from_the_resumed_batch_and_enumerate_is_named(tmp_path, ck_env, capsys):
+    """An example's `if i % 100 == 0:` block: ar.enumerate() gives the index an uninterrupted run has; the
+    builtin enumerate(ar.batches(...)) counts from 0 again, and the resume says so."""
+    import shutil
+    import colabkit
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(24, 3)), batch_size=4)
+
+    def run(directory, spelling, stop_at=None):
+        model, opt = _tiny()
+        ar = colabkit.torch.AutoResume(directory, model=model, opt=opt, deadline=None)
+        seen = []
+        for epoch in ar.epochs(2):
+            batches = ar.enumerate(loader) if spelling == "ar" else enumerate(ar.batches(loader))
+            for i, (x,) in batches:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+                seen.append((epoch, i))
+                if (epoch, i) == stop_at:
+                    os.kill(os.getpid(), signal.SIGINT)
+        return seen
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "run", "ar", stop_at=(1, 2))
+    shutil.copytree(tmp_path / "run", tmp_path / "again")
+    capsys.readouterr()
+    assert run(tmp_path / "run", "ar") == [(1, 3), (1, 4), (1, 5)]
+    assert "enumerate(" not in capsys.readouterr().out
+    assert run(tmp_path / "again", "builtin") == [(1, 0), (1, 1), (1, 2)]
+    [said] = [line for line in capsys.readouterr().out.splitlines() if "enumerate(ar.batches(loader))" in line]
+    assert "epoch 1 resumes at batch 3" in said and "ar.enumerate(loader)" in said
