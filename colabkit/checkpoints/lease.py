@@ -16,7 +16,8 @@ A record that cannot be trusted (torn or damaged, a field of the wrong type or o
 ``CLOCK_SKEW_S`` ahead of the reader's clock, e.g. ten years) is neither proof of a live holder nor free to
 overwrite: its dates say nothing, so the reader watches the record for two renewal periods. A writer still
 there rewrites it within one, and the reader gets FolderInUse; a record that stayed the same is taken over with
-a warning that names it.
+a warning that names it. What is left of a write of our own that failed (the mount writes in place, so an empty
+or cut-short record) is ours, and written again at once.
 
 What it cannot guarantee: Drive has no atomic create-if-absent, so two writers starting within moments of
 each other can both write a record. Each reads the record back after writing it, and every renewal checks
@@ -183,6 +184,7 @@ class Lease:
         self.lost = False
         self._beat = 0
         self._started = None
+        self._failed_write = None   # the record a write of ours failed on: what is left of it there is ours
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
@@ -209,7 +211,11 @@ class Lease:
             now = time.time()
             current = None if found is None else found.record
             if found is not None and current is None:
-                self._take_over_untrusted(found)
+                if self._failed_write is not None and self._failed_write.startswith(found.raw):
+                    log.info("colabkit: the lease record in %s is what is left of a write of ours that failed; "
+                             "writing it again", self.location)
+                else:
+                    self._take_over_untrusted(found)
             elif current is not None and current["token"] != self.token:
                 age = now - current["renewed"]
                 if current["machine"] == machine_id() and current["pid"] == os.getpid():
@@ -236,7 +242,7 @@ class Lease:
                                      f"stopped renewing the lease more than {TIMEOUT_S:.0f}s ago (a reclaimed VM "
                                      f"or a killed process)")
             self._started = now
-            self.dest.write_lease(json.dumps(self._record()).encode())
+            self._write(json.dumps(self._record()).encode())
             back = self._read()   # two writers at once: the record that stays wins
             if back is None or not back.ours(self.token):
                 time.sleep(READ_BACK_LAG_S)   # or a listing that lags behind our write: decide on a second look
@@ -246,6 +252,16 @@ class Lease:
             self.held, self.lost = True, False
             self._owners.add(id(owner))
             self._start_renewing()
+
+    def _write(self, record: bytes) -> None:
+        """Write our record. Drive's mount writes in place: a write that fails can leave the file empty or cut
+        short, which our next acquire() must know for ours rather than watch as a stranger's torn record."""
+        try:
+            self.dest.write_lease(record)
+        except OSError:
+            self._failed_write = record
+            raise
+        self._failed_write = None
 
     def _take_over_untrusted(self, found: _Found) -> None:
         """A record whose dates cannot be trusted: FolderInUse when it changes within two renewal periods (a
@@ -301,7 +317,7 @@ class Lease:
                                  f"uploading and pruning there (its checkpoints stay on local disk)")
                 return
             self._beat += 1
-            self.dest.write_lease(json.dumps(self._record()).encode())
+            self._write(json.dumps(self._record()).encode())
 
     def release(self, owner) -> None:
         """``owner`` is done; after the last owner, remove our record (only ours) and stop renewing. Errors

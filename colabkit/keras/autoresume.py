@@ -49,6 +49,7 @@ from ..resume.signals import SignalLatch  # noqa: E402
 from ..units import DURATION_FORMS, format_duration, parse_duration  # noqa: E402
 from . import callbacks as other_callbacks, frames, restore  # noqa: E402
 from .hooks import FitHooks  # noqa: E402
+from .randomness import FIX, train_function_random_calls  # noqa: E402
 from .state import LAYOUT, TrackedVariables, copy_into, own_copy, rng_state  # noqa: E402
 from .tfdata import UNTRACKED, attach as attach_input  # noqa: E402
 
@@ -90,8 +91,9 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
     names and, in lists, class names: the same code finds each variable at the same place), including
     optimizers that are attributes of the model or sit in its lists and dicts (built on resume when they were
     built in the saved run), LossScaleOptimizer internals, metrics and seed generators; the state of
-    EarlyStopping, ReduceLROnPlateau, ModelCheckpoint and TensorBoard; CSVLogger appends to its file from where
-    the checkpoint was taken; any callback with ``get_state()`` / ``set_state(state)``. Checkpoints are
+    EarlyStopping, ReduceLROnPlateau, ModelCheckpoint (its ``best`` is forgotten when its file is not on this
+    machine, so that the file is written again) and TensorBoard; CSVLogger appends to its file from where the
+    checkpoint was taken; any callback with ``get_state()`` / ``set_state(state)``. Checkpoints are
     taken after every other callback's ``on_train_batch_end`` / ``on_epoch_end``, wherever AutoResume is in
     the list. The callback can be reused across fit() calls; when fit() is left by an exception, the last
     save is committed (bounded wait) before the exception goes on.
@@ -191,6 +193,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         self._checked = None          # the plan of assignments of the checkpoint _check accepted
         self._input = UNTRACKED       # where a tf.data input stands (tfdata.py), attached at train begin
         self._mw = None               # the multi-worker Coordinator (colabkit.keras.multiworker) or None
+        self._random_noted = False    # a resumed run looked for random ops no checkpoint holds
+        self._callback_notes = set()  # what restoring the other callbacks said
 
     # the run record (colabkit.resume.run): events, deadline, verbose, ... come from RunAttributes
     checkpoints = recorded("checkpoints")
@@ -208,8 +212,12 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         return (self.restored.state.get("callbacks") or {}) if self.restored is not None else None
 
     def _restore_callback_states(self):
-        """After every callback's on_train_begin (which resets what they keep): set their saved state."""
-        other_callbacks.set_states(self._saved_callback_states() or {}, self._other_callbacks())
+        """After every callback's on_train_begin (which resets what they keep): set their saved state. A
+        mid-epoch resume sets them twice (see FitHooks._around): what that says is said once."""
+        for note in other_callbacks.set_states(self._saved_callback_states() or {}, self._other_callbacks()):
+            if note not in self._callback_notes:
+                self._callback_notes.add(note)
+                self._say(note)
 
     def _restore_callback_settings(self):
         other_callbacks.restore_csv_settings(self._csv_appending)
@@ -226,10 +234,12 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         self._reset_run_state()
         self._running = True
         self._vars.forget()
-        if not self.model.built:
+        if not self.model.built and not _parts_hold_everything(self.model):
             raise ValueError("To use the AutoResume callback, your model must be built before you call `fit()`. "
                              f"Model {self.model} is unbuilt. You can build it beforehand by calling it on a "
-                             "batch of data.")
+                             "batch of data (model(x[:1])); a model without call() (a GAN or VAE with its own "
+                             "train_step) is ready once each of its parts is built: give each sub-model a "
+                             "keras.Input, or call each on a batch.")
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
@@ -273,8 +283,9 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         self._last_saved_position = (epoch, batch)
         per_call = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
         skip, note = self._input.resume(restored.state.get("input"), epoch, batch, per_call)
-        if note:
-            self._say(note)
+        for line in [note, *self._input.notes()]:
+            if line:
+                self._say(line)
         if skip is not None:
             batch = skip
         elif batch and not restore.input_positionable(frames.fit_locals_above(frame)):
@@ -293,6 +304,16 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         origin = (f"shared checkpoint {self.checkpoints.resume_from}" if restored.source == "link"
                   else f"{restored.source} copy of {self.directory}")
         self._say(f"resumed from step {restored.step} ({where}) [{origin}]")
+
+    def _note_stateful_random(self):
+        """After a resumed run's first trained batch: name the train step's random ops that start over in a new
+        process (randomness.py)."""
+        self._random_noted = True
+        calls = train_function_random_calls(self._original_train_function)
+        if calls:
+            self._say(f"the train step draws random numbers with {' and '.join(calls)}, whose state lives inside "
+                      f"the process and starts over in a new one: this resumed run draws other numbers than an "
+                      f"uninterrupted run would have; to resume them exactly, {FIX}")
 
     def _check(self, restored):
         """The store's check of a candidate checkpoint in restore() (see restore.check): the plan of
@@ -322,6 +343,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         self._last_batch_seen = batch
         if self._last_call_skipped:
             return  # a batch skipped to reach the resume position; it was trained before the interruption
+        if self.restored is not None and not self._random_noted:   # the train function is traced now
+            self._note_stateful_random()
         self._step += new
         self._batches_since_save += new
         # after an epoch's last batch the position is the next epoch's start: a resume then has no batch
@@ -479,6 +502,12 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         self._event("stop", why)
         self._say(f"{why}: saved step {self._step} ({self._saved_where(committed)}) and stopped training. "
                   f"Re-run this cell to resume.")
+
+
+def _parts_hold_everything(model) -> bool:
+    """An unbuilt model with no build() of its own whose layers are all built (a GAN or VAE made of built
+    sub-models, with no call()): it has every variable it will ever have, and fit() trains it unbuilt."""
+    return type(model).build is keras.Model.build and all(layer.built for layer in model.layers)
 
 
 def _names_no_folder(directory) -> bool:

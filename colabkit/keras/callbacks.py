@@ -9,7 +9,9 @@ EarlyStopping_1), so the same list of callbacks finds the same state.
 """
 from __future__ import annotations
 
+import glob
 import os
+import re
 
 from ..checkpoints import untrusted
 from ..optional import require
@@ -59,17 +61,44 @@ def check_states(saved, callbacks) -> None:
                 untrusted.whole(entry["csv_bytes"], f"the state of callback {key}'s csv_bytes")
 
 
-def set_states(saved: dict, callbacks) -> None:
-    """After every callback's on_train_begin (which resets what they keep): set their saved state."""
+def set_states(saved: dict, callbacks) -> list:
+    """After every callback's on_train_begin (which resets what they keep): set their saved state. Returns what
+    a resume must tell the user, one line each (see ``_rewrite_lost_best_file``)."""
+    notes = []
     for key, callback in callbacks:
         if key not in saved:
             continue
         if has_state_protocol(callback):
             callback.set_state(saved[key])
         elif not isinstance(callback, keras.callbacks.CSVLogger):
+            initial_best = getattr(callback, "best", None)
             for name in builtin_state(callback) or ():
                 if name in saved[key]:
                     setattr(callback, name, saved[key][name])
+            if isinstance(callback, keras.callbacks.ModelCheckpoint):
+                notes += _rewrite_lost_best_file(callback, initial_best)
+    return notes
+
+
+def _rewrite_lost_best_file(callback, initial_best) -> list:
+    """A ModelCheckpoint(save_best_only=True) writes its file only when its restored ``best`` is beaten: when a
+    resume runs on another machine than the one that wrote the file (a new Colab VM), the file would never come
+    back. Its ``best`` goes back to where it started then, so that the next save writes the file again."""
+    path = os.fspath(callback.filepath)
+    if not callback.save_best_only or callback.best == initial_best or "://" in path or _written(path):
+        return []
+    lost = callback.best
+    callback.best = initial_best
+    return [f"ModelCheckpoint's file {path} is not on this machine (the interrupted run wrote it elsewhere): its best "
+            f"{callback.monitor} ({lost:.6g}) was forgotten so that the file is written again at the next save, "
+            f"holding the best model since this resume. A filepath on Google Drive keeps the file itself."]
+
+
+def _written(filepath: str) -> bool:
+    """Whether a ModelCheckpoint's file is here (any file its pattern names, when it has {epoch}-like fields)."""
+    if "{" not in filepath:
+        return os.path.exists(filepath)
+    return bool(glob.glob(re.sub(r"\{[^}]*\}", "*", glob.escape(filepath))))
 
 
 def append_csv_logs(saved: dict, callbacks) -> list:

@@ -5,7 +5,8 @@ A tf.data pipeline keeps state from one pass over the data to the next that a fr
 iterator made over a reshuffling ``shuffle()`` (``reshuffle_each_iteration``, the default) takes the next
 seed from that shuffle's seed generator, so after a restart epoch N would get epoch 0's order; a Keras random
 layer in ``map()`` keeps its seed in a variable; with ``.repeat()`` and ``steps_per_epoch`` one iterator
-runs across epochs.
+runs across epochs; a ``cache()`` above a reshuffling shuffle is filled by the first epoch, which every later
+epoch replays, so a resumed process (its cache empty) must read that shuffle in the first epoch's order.
 
 tf.data can save a whole iterator (``tf.train.Checkpoint(iterator=...)``), but a running iterator's state
 holds its buffers' elements: with ``shuffle(10_000)`` over 3 kB elements, 31 MB in every checkpoint. What
@@ -34,10 +35,12 @@ import re
 import sys
 import time
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 
 from .frames import fit_locals_above
+from .randomness import VARIABLE_WRITES, graph_ops, stateful_random_calls
 
 log = logging.getLogger("colabkit")
 
@@ -80,6 +83,9 @@ class _Untracked:
 
     def state(self, position):
         return None
+
+    def notes(self) -> list:
+        return []
 
     def detach(self):
         pass
@@ -132,11 +138,19 @@ class TFDataInput:
     def __init__(self, epoch_iterator, iterable, dataset, tf, restored_elsewhere=frozenset(), validation=None):
         self._tf, self._ep = tf, epoch_iterator
         self._iterable = iterable      # what Keras iterates: the dataset, or a DistributedDataset over it
-        parts, variables, self._python = _pipeline_state(dataset)
+        pipeline = _pipeline_state(dataset)
+        parts, variables, self._python, self._racing = pipeline.parts, pipeline.variables, pipeline.python, \
+            pipeline.racing
         # validation_data that reads a reshuffling part of the training pipeline draws its seeds too, after an
         # epoch's batches: a position saved at an epoch's last batch cannot know those draws
         self._shared = validation is not None and bool(
-            {id(part) for part in parts} & {id(part) for part in _pipeline_state(validation)[0]})
+            {id(part) for part in parts} & {id(part) for part in _pipeline_state(validation).parts})
+        # A reshuffling part below a cache() is read by the first iterator only, when every epoch reads to the
+        # end: later epochs replay that order from the cache. A fresh process has an empty cache, so its first
+        # iterator must read those parts as the run's first iterator did, whatever epoch it resumes.
+        self._cached = pipeline.cached
+        self._cache_unknown = bool(pipeline.cached) and epoch_iterator.steps_per_epoch is not None
+        self._first_seeds = None       # the seed states the first iterator of this fit() started from
         # One iterator over each reshuffling part of the pipeline, never read: its state holds that part's seed
         # generator (shared by every iterator over it), and setting it sets the generator. Made now, before
         # fit() makes its first iterator, in every run alike.
@@ -221,6 +235,8 @@ class TFDataInput:
             origin = self._after_epoch if self._after_epoch is not None else self._seed_states()
             drawn = 0
         self._after_epoch = None
+        if self._first_seeds is None:
+            self._first_seeds = origin["seeds"]
         iterator = iter(self._iterable)
         for done in range(drawn):   # on resume: batches drawn before the saved position in earlier epochs
             try:
@@ -263,10 +279,32 @@ class TFDataInput:
                 if self._loop_done:
                     self._after_epoch = origin
                 elif self._shared:
-                    return {"format": _FORMAT, **origin, "drawn": drawn, "note": _SHARED}
+                    return {"format": _FORMAT, **self._filling_cache(origin), "drawn": drawn, "note": _SHARED}
         if self._broken:
             return {"format": _FORMAT, "why": self._broken}
-        return {"format": _FORMAT, **origin, "drawn": drawn}
+        return {"format": _FORMAT, **self._filling_cache(origin), "drawn": drawn}
+
+    def _filling_cache(self, origin) -> dict:
+        """``origin`` with the parts below a cache() as the first iterator read them (see __init__)."""
+        if not self._cached or self._cache_unknown or self._first_seeds is None:
+            return origin
+        seeds = [self._first_seeds[i] if i in self._cached else seed for i, seed in enumerate(origin["seeds"])]
+        return {**origin, "seeds": seeds}
+
+    def notes(self) -> list:
+        """What a resume cannot make exact in this pipeline, one line each."""
+        notes = []
+        if self._racing:
+            notes.append(f"the tf.data input runs {self._racing} in a map() with num_parallel_calls: the random "
+                         f"numbers each element gets depend on thread timing, so no two runs read the same batches, "
+                         f"resumed or not; for reproducible batches, drop num_parallel_calls from that map() or "
+                         f"put the random layers into the model")
+        if self._cache_unknown:
+            notes.append("the tf.data input has a cache() above a reshuffling shuffle() and fit() has "
+                         "steps_per_epoch: whether the cache replays the first epoch's order cannot be known, so "
+                         "the resumed epochs may read another order than an uninterrupted run; shuffle() after "
+                         "cache() reshuffles every epoch and resumes exactly")
+        return notes
 
     def _keras_keeps_current(self) -> bool:
         """Whether Keras reads the next epoch from the current iterator (steps_per_epoch set, data left)."""
@@ -318,33 +356,59 @@ _PYTHON_OPS = {"PyFunc": "from_generator or numpy_function", "PyFuncStateless": 
                "EagerPyFunc": "py_function"}
 
 
-def _pipeline_state(dataset):
-    """The state ``dataset``'s pipeline keeps from one iterator to the next, in a stable order: its parts whose
-    iterators take a new seed each time one is made (a reshuffling shuffle(), Dataset.random with
-    rerandomize_each_iteration) and the variables its functions use; and which Python code it runs, if any."""
-    parts, variables, python, seen, stack = [], {}, set(), set(), [dataset]
+class _Pipeline(NamedTuple):
+    """What a tf.data pipeline keeps from one iterator to the next, as ``_pipeline_state`` finds it."""
+    parts: list           # parts whose iterators take a new seed each time one is made, in a stable order
+    variables: list       # the variables its functions use
+    python: str           # the Python code it runs ("" if none)
+    cached: frozenset     # indices of ``parts`` below a cache(): read once, then replayed from the cache
+    racing: str           # the random code it runs in parallel calls ("" if none)
+
+
+def _pipeline_state(dataset) -> _Pipeline:
+    """The state ``dataset``'s pipeline keeps from one iterator to the next: its parts whose iterators take a
+    new seed each time one is made (a reshuffling shuffle(), Dataset.random with rerandomize_each_iteration),
+    which of them lie below a cache(), the variables its functions use; which Python code it runs, and which
+    random code it runs in a parallel map(), if any."""
+    parts, cached, variables, python, racing, seen, stack = [], set(), {}, set(), set(), set(), [(dataset, False)]
     while stack:
-        node = stack.pop()
+        node, below_cache = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         kind = type(node).__name__
+        below_cache = below_cache or kind == "CacheDataset"
         if (kind == "_ShuffleDataset" and getattr(node, "_reshuffle_each_iteration", True) is not False) or (
                 kind == "_RandomDataset" and getattr(node, "_rerandomize", False)):
+            if below_cache:
+                cached.add(len(parts))
             parts.append(node)
         try:
             for wrapper in node._functions():
                 graph = wrapper.function.graph
                 for variable in graph.variables:
                     variables.setdefault(id(variable), variable)
-                graph_def = graph.as_graph_def()
-                ops = {n.op for n in graph_def.node} | {n.op for f in graph_def.library.function for n in f.node_def}
+                ops = graph_ops(graph)
                 python.update(_PYTHON_OPS[op] for op in ops & _PYTHON_OPS.keys())
+                if kind == "_ParallelMapDataset" and _parallel(node):
+                    racing.update(stateful_random_calls(ops))
+                    if ops & VARIABLE_WRITES:
+                        racing.add("a Keras random layer (or another variable update)")
             inputs = list(node._inputs())
         except Exception:  # noqa: BLE001 - a part colabkit cannot look into
             inputs = []
-        stack.extend(reversed(inputs))
-    return parts, list(variables.values()), " / ".join(sorted(python))
+        stack.extend((part, below_cache) for part in reversed(inputs))
+    return _Pipeline(parts, list(variables.values()), " / ".join(sorted(python)), frozenset(cached),
+                     " / ".join(sorted(racing)))
+
+
+def _parallel(map_node) -> bool:
+    """Whether a map() runs its function on several elements at once (num_parallel_calls other than 1)."""
+    calls = getattr(map_node, "_num_parallel_calls", None)
+    try:
+        return int(calls) != 1
+    except (TypeError, ValueError):
+        return True
 
 
 def _keras_state_variables(model) -> frozenset:

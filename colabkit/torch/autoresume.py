@@ -7,6 +7,9 @@
             ...
         sched.step()                      # per-epoch code runs before the epoch-end save
 
+``for i, batch in ar.enumerate(loader)`` gives each batch's index in the epoch, from the resumed batch on (the
+builtin ``enumerate(ar.batches(loader))`` counts from 0 again after a resume).
+
 Everything passed by name with ``state_dict()`` / ``load_state_dict()`` (modules, optimizers, LR schedulers,
 ``torch.amp.GradScaler``, your own objects) is saved and restored, with ``ar.state`` (values of your own:
 JSON-able, tensors, NumPy arrays), the step and epoch counters, the RNG states (torch CPU and CUDA, NumPy,
@@ -20,6 +23,8 @@ is loader.py's, the checks of arguments and checkpoints checks.py's, the ranks' 
 from __future__ import annotations
 
 import copy
+import gc
+import inspect
 import logging
 import signal
 import sys
@@ -231,6 +236,10 @@ class AutoResume(RunAttributes):
         iterator = self._place.iterate(loader, skip, pending)
         if pending is not None:
             self._pending = None
+        if self.batch and _counted_by_enumerate(sys._getframe()):
+            self._say(f"enumerate(ar.batches(loader)) counts from 0, but epoch {self.epoch} resumes at batch "
+                      f"{self.batch}: code that tests the index (if i % 100 == 0) runs at other batches than in an "
+                      f"uninterrupted run; `for i, batch in ar.enumerate(loader):` counts from the resumed batch")
         for batch in iterator:
             yield batch
             self.step += 1
@@ -242,6 +251,12 @@ class AutoResume(RunAttributes):
                 self._restore_signal_handlers()
                 raise Stopped(f"{self.stopped_for}: saved step {self.step} (epoch {self.epoch}, batch {self.batch}) "
                               f"and stopped training. Re-run this cell to resume.")
+
+    def enumerate(self, loader):
+        """``enumerate(ar.batches(loader))`` that counts from the batch the epoch resumes at: yields (the batch's
+        index in the epoch, the batch)."""
+        for batch in self.batches(loader):
+            yield self.batch, batch
 
     def _after_batch(self) -> bool:
         """Save when due. True when training stops (a deadline or a signal). In a distributed run rank 0
@@ -436,3 +451,11 @@ class AutoResume(RunAttributes):
                 return True
             frame = frame.f_back
         return False
+
+
+def _counted_by_enumerate(generator_frame) -> bool:
+    """Whether the generator running ``generator_frame`` is iterated by the builtin enumerate()."""
+    for generator in gc.get_referrers(generator_frame):
+        if inspect.isgenerator(generator) and generator.gi_frame is generator_frame:
+            return any(type(referrer) is enumerate for referrer in gc.get_referrers(generator))
+    return False

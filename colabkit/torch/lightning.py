@@ -73,12 +73,17 @@ class CheckpointIO(_LightningCheckpointIO):
     valid committed checkpoint; another path is read with ``torch.load(weights_only=True)``.
     ``remove_checkpoint`` deletes nothing from the store: its retention (``keep``) decides, and never deletes
     the last good checkpoint before a newer one is committed.
+    A save at another path than the callback's pointer (a ``ModelCheckpoint``'s) leaves a pointer file there
+    naming its step, which ``remove_checkpoint`` deletes; loading one restores the store's newest checkpoint if
+    it is that step, and otherwise says so. ``teardown`` closes the store (no uploader thread is left); the
+    next save or load opens it again. Neither the plugin nor the callback can be pickled (``ddp_spawn``).
     """
 
     def __init__(self, directory, *, keep=None, keep_every=None, local_dir=None, resume_from=None, verbose=1):
         self.directory, self.verbose = directory, verbose
-        self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
-                                       resume_from=resume_from)
+        self._store_args = {"keep": keep, "keep_every": keep_every, "local_dir": local_dir, "resume_from": resume_from}
+        self.checkpoints = Checkpoints(directory, **self._store_args)
+        self._closed = False        # teardown closed the store (no uploader thread); the next use opens it again
         self.pointer = _pointer_path(self.checkpoints)
         self.frozen = None          # why later saves are skipped (training stopped after its final save), or None
         self.last_step = None       # the step of the last save taken
@@ -99,7 +104,7 @@ class CheckpointIO(_LightningCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"colabkit.torch_lightning.CheckpointIO takes no storage_options (got "
                             f"{storage_options!r}); where checkpoints go is the directory it was given.")
-        _check_storable(checkpoint, "checkpoint")
+        _check_storable(checkpoint, "")
         tensors = []
         tree = _encode(checkpoint, tensors)
         specs = [_Spec(tuple(t.shape), _host_dtype(t)) for t in tensors]
@@ -112,7 +117,7 @@ class CheckpointIO(_LightningCheckpointIO):
             return {"format": FORMAT, "name": name, "checkpoint": _fill(tree, buffers)}
 
         step = int(checkpoint.get("global_step") or 0)
-        committed = self.checkpoints.save_snapshot(
+        committed = self.store().save_snapshot(
             step, specs, fill, periodic=self._periodic, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint),
             info={"reason": "lightning", "name": name}, wait=self._wait)
         if committed is None:
@@ -121,17 +126,27 @@ class CheckpointIO(_LightningCheckpointIO):
         self._committed = committed
         self.last_step = step
         self.write_pointer()
+        if Path(path).absolute() != self.pointer.absolute():
+            # a ModelCheckpoint's file: a pointer to this step, so that its links, best_model_path and
+            # ckpt_path="last" / "best" / the path name something
+            _write_pointer_file(Path(path), self.directory, step)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
-        if not _is_pointer(path):
+        pointer = _read_pointer(path)
+        if pointer is None:
             # a checkpoint file of Lightning's own: read without unpickling arbitrary objects
             return TorchCheckpointIO().load_checkpoint(path, map_location=map_location, weights_only=True)
-        restored = self.checkpoints.restore(check=self._check)
+        restored = self.store().restore(check=self._check)
         if restored is None:
             raise CheckpointError(f"{self.directory} holds no valid committed checkpoint to resume from (the "
                                   f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
                                   f"holds one.")
         checkpoint, self._checked = self._checked, None
+        wanted = pointer.get("step")
+        if wanted is not None and wanted != restored.step:
+            raise CheckpointError(f"{path} names step {wanted} in {self.directory}, whose newest checkpoint is step "
+                                  f"{restored.step}; colabkit.torch_lightning.CheckpointIO restores only the newest "
+                                  f"(ckpt_path=\"last\", or the path of the newest save). Nothing was restored.")
         self._say(f"resuming Lightning from step {restored.step} (epoch {restored.epoch}, batch "
                   f"{restored.batch}) in {self.directory}")
         return checkpoint
@@ -194,19 +209,35 @@ class CheckpointIO(_LightningCheckpointIO):
                                       f"{tuple(value.shape)} now. Resume with the same model, or use another "
                                       f"folder. Nothing was restored.")
 
+    def __getstate__(self):
+        raise _not_copyable("colabkit.torch_lightning.CheckpointIO")
+
     def remove_checkpoint(self, path):
+        # a ModelCheckpoint's pointer goes, as its file would; the store's retention (keep) decides what it keeps
+        if Path(path).absolute() != self.pointer.absolute() and _read_pointer(path) is not None:
+            Path(path).unlink(missing_ok=True)
         log.debug("colabkit: Lightning asked to remove %s; the store's retention (keep) decides instead", path)
 
     def teardown(self):
-        """At the end of fit: wait for the newest checkpoint's upload (at least a minute), then free the folder."""
-        if not self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s())):
+        """At the end of fit: wait for the newest checkpoint's upload (at least a minute), then close the store:
+        its uploader thread ends once nothing is left to upload, and the folder is freed for other writers."""
+        committed = self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s()))
+        if not committed:
             self._say(f"the newest checkpoint is not on {self.directory} yet: "
-                      f"{self.checkpoints.status.last_error or 'its upload is still running'}")
-        elif self.checkpoints.wait(0):
-            self.checkpoints.release()
+                      f"{self.checkpoints.status.last_error or 'its upload is still running'}; it goes on in the "
+                      f"background")
+        self.checkpoints.close(timeout=60.0 if committed else 0)
+        self._closed = True
         self.write_pointer()
 
     # -- colabkit's additions ------------------------------------------------------------------------------
+    def store(self) -> Checkpoints:
+        """The store, opened again when a teardown closed it (a later fit, or trainer.save_checkpoint after fit)."""
+        if self._closed:
+            self.checkpoints = Checkpoints(self.directory, **self._store_args)
+            self._closed = False
+        return self.checkpoints
+
     def estimated_save_s(self) -> float:
         measured = self.checkpoints.estimated_save_seconds()
         return measured if measured is not None else 0.2 + self._state_nbytes / 10e6
@@ -314,8 +345,10 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
                              f"colabkit.torch_lightning.AutoResume stores checkpoints through its own "
                              f"(ar.checkpoint_io). Remove the other plugin from Trainer(plugins=...).")
         trainer.strategy.checkpoint_io = self.checkpoint_io
+        self.record.checkpoints = self.checkpoint_io.store()
         self.checkpoint_io.frozen = None
         self.checkpoint_io.module = pl_module   # what a resume's checkpoint is checked against before loading
+        _check_storable_before_training(trainer, pl_module)
 
     def on_train_start(self, trainer, pl_module):
         self.stopped_for, self._interrupt = None, None
@@ -328,7 +361,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
                       f"epoch from a fresh iterator, so its remaining batches are not the uninterrupted run's. Use "
                       f"torchdata.stateful_dataloader.StatefulDataLoader for an exact mid-epoch resume.")
         if trainer.global_rank == 0:
-            self.checkpoint_io.checkpoints.claim()
+            self.checkpoint_io.store().claim()
         self._install_signal_handlers()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -347,39 +380,21 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._since_save += 1
-        name = self._interrupt
-        deadline = None
-        if not name and self._watch is not None:
-            deadline = self._watch.due(self.checkpoint_io.estimated_save_s())
-        policy = SavePolicy(self.save_freq, self.every)
-        decision = policy.should_save(trainer.global_step, SaveContext(
-            self._since_save, policy.every_due(time.time() - self._last_save_time), name, deadline))
-        if decision.reason == "signal":
-            self._final_save(trainer, f"{name} received")
-            self._restore_signal_handlers()
-            if name == "SIGTERM":
-                raise SIGTERMException(128 + signal.SIGTERM)
-            # not KeyboardInterrupt: Lightning turns that into sys.exit(1) and leaves SIGINT ignored afterwards
-            raise Stopped(f"{name} received: saved step {trainer.global_step} and stopped training. Re-run this "
-                          f"cell (trainer.fit(..., ckpt_path=\"last\")) to resume.")
-        if decision.reason == "deadline":
-            self._watch.mark_handled(deadline)
-            left = max(1.0, deadline.at - time.time())
-            if deadline.stop_training:
-                why = f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
-                self._final_save(trainer, why, timeout=left, event="deadline-save")
-                raise Stopped(f"{why}: saved step {trainer.global_step} and stopped training. Re-run this cell "
-                              f"(trainer.fit(..., ckpt_path=\"last\")) to resume.")
-            self._save(trainer, f"before {deadline.reason}", wait=left, event="deadline-save")
-            self._say(f"saved step {trainer.global_step} before {deadline.reason}; training continues")
-        elif decision:
+        if _on_last_batch(trainer):
+            # Lightning's loops restored from a save taken after an epoch's last step skip the next epoch
+            # (Lightning 2.6): what is due now is saved at the epoch's end instead, as that epoch's end
+            return
+        decision, name, deadline = self._due(trainer)
+        if not self._stop_or_deadline_save(trainer, decision, name, deadline) and decision:
             self._save(trainer, decision.reason, periodic=True)
 
     def on_train_epoch_end(self, trainer, pl_module):
-        # as Lightning's default ModelCheckpoint would (this callback, a Checkpoint, takes its place)
+        # as Lightning's default ModelCheckpoint would (this callback, a Checkpoint, takes its place); a stop or
+        # deadline due now (or on the epoch's last batch) is saved here too
         self._at_epoch_end = True
         try:
-            self._save(trainer, "epoch")
+            if not self._stop_or_deadline_save(trainer, *self._due(trainer)):
+                self._save(trainer, "epoch")
         finally:
             self._at_epoch_end = False
 
@@ -401,9 +416,16 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
             self._final_save(trainer, "SIGTERM received")
         self._restore_signal_handlers()
 
+    def on_train_end(self, trainer, pl_module):
+        # before Lightning's teardown puts back the handlers it found: restored after it, they would be
+        # Lightning's per-run ones (SIGTERM ignored, the trainer kept alive)
+        self._restore_signal_handlers()
+
     def teardown(self, trainer, pl_module, stage):
-        self._restore_signal_handlers()   # never removes anything: the store keeps what it committed
-        self.checkpoint_io.module = None
+        self.checkpoint_io.module = None   # never removes anything: the store keeps what it committed
+
+    def __getstate__(self):
+        raise _not_copyable("colabkit.torch_lightning.AutoResume")
 
     def state_dict(self):
         epoch_generators = None if self._epoch_generators is None else list(self._epoch_generators)
@@ -426,6 +448,41 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         self._since_save, self._last_save_time = 0, time.time()
         self.record.event(event, f"step {trainer.global_step} ({reason})")
         return io._committed
+
+    def _due(self, trainer):
+        """(the save decision, the signal received or None, the deadline due or None) now."""
+        name = self._interrupt
+        deadline = None
+        if not name and self._watch is not None:
+            deadline = self._watch.due(self.checkpoint_io.estimated_save_s())
+        policy = SavePolicy(self.save_freq, self.every)
+        decision = policy.should_save(trainer.global_step, SaveContext(
+            self._since_save, policy.every_due(time.time() - self._last_save_time), name, deadline))
+        return decision, name, deadline
+
+    def _stop_or_deadline_save(self, trainer, decision, name, deadline) -> bool:
+        """Save for a signal (then stop) or a deadline (then stop, or go on before the idle cutoff); True when
+        it saved, False when neither is due."""
+        if decision.reason == "signal":
+            self._final_save(trainer, f"{name} received")
+            self._restore_signal_handlers()
+            if name == "SIGTERM":
+                raise SIGTERMException(128 + signal.SIGTERM)
+            # not KeyboardInterrupt: Lightning turns that into sys.exit(1) and leaves SIGINT ignored afterwards
+            raise Stopped(f"{name} received: saved step {trainer.global_step} and stopped training. Re-run this "
+                          f"cell (trainer.fit(..., ckpt_path=\"last\")) to resume.")
+        if decision.reason != "deadline":
+            return False
+        self._watch.mark_handled(deadline)
+        left = max(1.0, deadline.at - time.time())
+        if deadline.stop_training:
+            why = f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
+            self._final_save(trainer, why, timeout=left, event="deadline-save")
+            raise Stopped(f"{why}: saved step {trainer.global_step} and stopped training. Re-run this cell "
+                          f"(trainer.fit(..., ckpt_path=\"last\")) to resume.")
+        self._save(trainer, f"before {deadline.reason}", wait=left, event="deadline-save")
+        self._say(f"saved step {trainer.global_step} before {deadline.reason}; training continues")
+        return True
 
     def _final_save(self, trainer, why, timeout=None, event="save"):
         wait = self.record.final_wait_s(self.checkpoint_io.estimated_save_s()) if timeout is None else timeout
@@ -452,6 +509,17 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
 
 # -- helpers ------------------------------------------------------------------------------------------------
 
+def _not_copyable(what) -> ValueError:
+    """Why the plugin and the callback cannot be pickled: they hold the store's uploader thread and its claim on the
+    folder, which belong to this process. strategy="ddp_spawn" pickles the trainer to start its processes, so it
+    is refused here, before any starts, as every trainer of several processes is."""
+    return ValueError(f"{what} runs in one process and cannot be pickled (it holds this process's background "
+                      f"uploader and its claim on the checkpoint folder). A trainer with strategy=\"ddp_spawn\" "
+                      f"pickles it to start its processes; torch.save(trainer) pickles it too. Train with devices=1 "
+                      f"(and num_nodes=1), or use colabkit.torch.AutoResume in a plain PyTorch loop under torchrun, "
+                      f"which agrees every save across ranks; save the model with trainer.save_checkpoint(...).")
+
+
 def _say(message, verbose):
     log.info("colabkit: %s", message)
     if verbose:
@@ -465,13 +533,33 @@ def _pointer_path(checkpoints) -> Path:
     return local.parent / f"{local.name}.lightning" / "last.ckpt"
 
 
-def _is_pointer(path) -> bool:
+def _read_pointer(path) -> dict | None:
+    """The pointer file at ``path`` ({"format", "directory", and "step" for a ModelCheckpoint's}), or None when
+    it is not one (a checkpoint file of Lightning's own, or nothing)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(256)
+            head = f.read(4096)
     except OSError:
-        return False
-    return POINTER.encode() in head
+        return None
+    if POINTER.encode() not in head:
+        return None
+    try:
+        pointer = json.loads(head)
+    except ValueError:
+        return None
+    return pointer if isinstance(pointer, dict) and isinstance(pointer.get("step", 0), int) else None
+
+
+def _write_pointer_file(path: Path, directory, step: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)   # a link ModelCheckpoint made there: replace the link, not what it points to
+    path.write_text(json.dumps({"format": POINTER, "directory": str(directory), "step": step}))
+
+
+def _on_last_batch(trainer) -> bool:
+    """Whether the batch just trained is its epoch's last (as Lightning's training epoch loop decides it)."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    return progress.is_last_batch or progress.current.ready == trainer.num_training_batches
 
 
 def _batch_of(checkpoint) -> int | None:
@@ -481,21 +569,45 @@ def _batch_of(checkpoint) -> int | None:
         return None
 
 
-def _check_storable(value, where):
-    """Refuse, naming the key, a value that could only be stored by pickling it."""
+def _check_storable(value, where, outcome="Nothing was saved."):
+    """Refuse, naming the key, a value (or a dict key) that could only be stored by pickling it."""
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor, np.ndarray, np.generic,
                                            torch.dtype, torch.device)):
         return
     if isinstance(value, dict):
         for key, item in value.items():
-            _check_storable(item, f"{where}[{key!r}]")
+            if not isinstance(key, (str, int, float, type(None))):   # JSON's scalars, as the store's codec
+                _refuse(f"{where} with a key {key!r} of type {type(key).__name__}", where, type(key), outcome)
+            _check_storable(item, f"{where}[{key!r}]", outcome)
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_storable(item, f"{where}[{i}]")
+            _check_storable(item, f"{where}[{i}]", outcome)
         return
-    hint = (" Leave it out of the saved hyperparameters (self.save_hyperparameters(ignore=[...])) or save a name "
-            "or number instead." if "hyper_parameters" in where else
-            " Return only tensors, numbers, strings, lists and dicts from state_dict().")
-    raise CheckpointError(f"Lightning's checkpoint holds {where} of type {type(value).__name__}, which colabkit "
-                          f"stores only by pickling, and it never pickles.{hint} Nothing was saved.")
+    _refuse(f"{where} of type {type(value).__name__}", where, type(value), outcome)
+
+
+def _refuse(what, where, kind, outcome):
+    if "hyper_parameters" not in where:
+        hint = " Return only tensors, numbers, strings, lists and dicts with string keys from state_dict()."
+    elif kind.__module__.split(".")[0] == "omegaconf":   # a DictConfig / ListConfig
+        hint = " Save plain values: self.save_hyperparameters(OmegaConf.to_container(cfg, resolve=True))."
+    else:
+        hint = (" Leave it out of the saved hyperparameters (self.save_hyperparameters(ignore=[...])) or save a "
+                "name or number instead.")
+    raise CheckpointError(f"Lightning's checkpoint holds {what}, which colabkit stores only by pickling, and it "
+                          f"never pickles.{hint} {outcome}")
+
+
+def _check_storable_before_training(trainer, pl_module):
+    """What every save will hold besides tensors and loop counters (the hyperparameters, the callbacks' states),
+    checked at setup: a value that needs pickle is refused now, not at the first save an epoch later."""
+    outcome = "Refused before training: nothing was trained or saved."
+    for owner, key in ((pl_module, "hyper_parameters"), (trainer.datamodule, "datamodule_hyper_parameters")):
+        hparams = getattr(owner, "hparams", None)
+        if hparams:   # as Lightning stores them: a dict's items, or the config object itself
+            _check_storable(dict(hparams) if isinstance(hparams, dict) else hparams, f"[{key!r}]", outcome)
+    for callback in trainer.callbacks:
+        state = callback.state_dict()
+        if state:
+            _check_storable(state, f"['callbacks'][{callback.state_key!r}]", outcome)

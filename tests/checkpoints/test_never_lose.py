@@ -184,6 +184,35 @@ def _lease_of_another_machine(dest, renewed_ago):
         "started": now - 3600, "renewed": now - renewed_ago, "beat": 7, "location": str(dest)}))
 
 
+def test_a_lease_write_that_failed_halfway_is_this_writers_own_and_does_not_hold_up_the_upload(
+        tmp_path, ck_env, monkeypatch, caplog):
+    """The first write of the lease record fails after Drive's mount truncated the file (an I/O error mid-write):
+    the empty record it leaves is this writer's own, taken back at the retry, not a stranger's record watched
+    for two renewal periods (60 s) and then taken over with a warning about another writer."""
+    import errno
+
+    import colabkit.checkpoints.folder as folder_module
+    real_write, failed = folder_module.write_bytes, []
+
+    def write_failing_once(path, data):
+        if path.name == LEASE_NAME and not failed:
+            failed.append(path)
+            path.write_bytes(b"")   # opened with O_TRUNC, then the data write failed
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        real_write(path, data)
+
+    monkeypatch.setattr(folder_module, "write_bytes", write_failing_once)
+    dest = tmp_path / "dest"
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING", logger="colabkit"):
+        warnings.simplefilter("always")
+        with colabkit.Checkpoints(str(dest), local_dir=tmp_path / "vm") as ckpt:
+            assert ckpt.save(1, {"w": np.ones(3)}, wait=45), "committed at the retry, not after a 60 s watch"
+    assert failed, "the lease write was attempted"
+    said = [str(w.message) for w in caught] + [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "taking over" in m or "watching it" in m], said
+    assert steps(dest) == [1]
+
+
 def test_a_live_lease_of_another_machine_refuses_and_a_stale_one_is_taken_over(tmp_path, ck_env):
     dest = tmp_path / "dest"
     _lease_of_another_machine(dest, renewed_ago=20)

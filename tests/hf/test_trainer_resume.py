@@ -96,12 +96,14 @@ def test_stopped_mid_epoch_by_sigterm_or_a_deadline_resumes_bit_exactly_on_a_fre
 @pytest.mark.parametrize("kill", ["while-the-trainer-writes", "after-on_save"])
 def test_kill_9_during_a_checkpoint_leaves_no_partial_one_and_the_next_run_resumes_from_the_previous(
         tmp_path, reference, kill):
-    """save_freq=3: saves at steps 3 and 6, then kill -9 at step 9's save: while the Trainer writes checkpoint-9
-    (its optimizer.pt half written), or just after AutoResume took it (hashed and committed in the background)."""
+    """save_freq=3: saves at steps 3 and 6 (each committed before training goes on: the store coalesces a save
+    that arrives while two are in hand, which would make the expected list a race), then kill -9 at step 9's save:
+    while the Trainer writes checkpoint-9 (its optimizer.pt half written), or just after AutoResume took it (hashed
+    and committed in the background)."""
     expected, reference_npz = reference
     env = _env(tmp_path)
     if kill == "while-the-trainer-writes":
-        cut = Run(env, tmp_path, "cut", dest="drive:runs/llm", save_freq=3, slow_save_at=9)
+        cut = Run(env, tmp_path, "cut", dest="drive:runs/llm", save_freq=3, slow_save_at=9, commit_each_save=True)
         cut.wait_for("WRITING")
         end = time.monotonic() + 60
         while [s for s, _, _ in _committed(env)] != [3, 6] and time.monotonic() < end:
@@ -109,7 +111,8 @@ def test_kill_9_during_a_checkpoint_leaves_no_partial_one_and_the_next_run_resum
         cut.kill()
         cut.finish(-signal.SIGKILL)
     else:
-        Run(env, tmp_path, "cut", dest="drive:runs/llm", save_freq=3, kill_after_save=9).finish(-signal.SIGKILL)
+        Run(env, tmp_path, "cut", dest="drive:runs/llm", save_freq=3, kill_after_save=9,
+            commit_each_save=True).finish(-signal.SIGKILL)
     steps = [s for s, _, _ in _committed(env)]   # every committed checkpoint verifies (checked in _committed)
     assert steps in ([3, 6], [3, 6, 9]), steps
     resumed, out, explain = run(_new_vm(env, tmp_path), tmp_path, "resumed", dest="drive:runs/llm", save_freq=3)
@@ -119,10 +122,11 @@ def test_kill_9_during_a_checkpoint_leaves_no_partial_one_and_the_next_run_resum
 
 
 def test_trainer_rotation_deletes_nothing_at_the_destination_and_the_run_shows_in_the_cli_and_panel(tmp_path):
-    """save_total_limit=1 keeps one checkpoint-N in output_dir; the destination keeps the store's keep=3."""
+    """save_total_limit=1 keeps one checkpoint-N in output_dir; the destination keeps the store's keep=3 (each
+    save committed before training goes on, so that none is coalesced with the next)."""
     env = _env(tmp_path)
     result, out, explain = run(env, tmp_path, "run", dest="drive:runs/llm", save_strategy="steps", save_steps=2,
-                               save_total_limit=1, keep=3, panel=True)
+                               save_total_limit=1, keep=3, panel=True, commit_each_save=True)
     assert sorted(p.name for p in (tmp_path / "run-output").iterdir()) == ["checkpoint-12"]
     assert _committed(env) == [(8, 1, 2), (10, 1, 4), (12, 2, 0)], explain
     done = subprocess.run([sys.executable, "-m", "colabkit", "checkpoints", "drive:runs/llm"], env=env,

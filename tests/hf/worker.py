@@ -59,9 +59,15 @@ def build(spec, ar):
             if state.global_step == spec.get("sigint_in_step"):
                 os.kill(os.getpid(), signal.SIGINT)
 
+    class AfterTaken(transformers.TrainerCallback):
+        """Runs after ``ar`` took each checkpoint: a kill -9 while its commit is in the background, or (with
+        commit_each_save) a wait for that commit, so that the store has no later save to coalesce it with."""
+
         def on_save(self, args, state, control, **kw):
-            if state.global_step == spec.get("kill_after_save"):   # ar took it; its commit is in the background
+            if state.global_step == spec.get("kill_after_save"):
                 os.kill(os.getpid(), signal.SIGKILL)
+            if spec.get("commit_each_save") and ar is not None:
+                assert ar.checkpoints.wait(120), f"step {state.global_step} was not committed within 120 s"
 
     common = dict(output_dir=spec["output_dir"], per_device_train_batch_size=spec.get("batch", 4),
                   gradient_accumulation_steps=spec.get("accumulation", 1), num_train_epochs=spec.get("epochs", 2),
@@ -69,7 +75,7 @@ def build(spec, ar):
                   save_strategy=spec.get("save_strategy", "no"), save_steps=spec.get("save_steps", 500),
                   save_total_limit=spec.get("save_total_limit"), seed=42, dataloader_num_workers=0,
                   ignore_data_skip=spec.get("ignore_data_skip", False))
-    callbacks = [Cut()] + ([ar] if ar is not None else [])
+    callbacks = [Cut()] + ([ar] if ar is not None else []) + [AfterTaken()]
     if spec.get("trainer") == "sft":
         from trl import SFTConfig, SFTTrainer
         model = _model("llama")

@@ -120,7 +120,9 @@ def kernel_client():
             time.sleep(0.1)
         client = BlockingKernelClient(connection_file=str(path))
         client.load_connection_file()
-        client.start_channels()
+        # No heartbeat channel: a client that its kernel's manager did not create judges the kernel dead when one
+        # heartbeat takes over a second, which a loaded machine's starting kernel can; kernel_info replies decide.
+        client.start_channels(hb=False)
         client.wait_for_ready(timeout=60)
         clients.append(client)
         return client

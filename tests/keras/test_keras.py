@@ -133,8 +133,10 @@ def test_unbuilt_model_is_rejected_like_backup_and_restore(tmp_path, ck_env):
     model = keras.Sequential([keras.layers.Dense(1)])
     model.compile("adam", "mse")
     x, y = workers.data(np)
-    with pytest.raises(ValueError, match="must be built"):
+    with pytest.raises(ValueError, match="must be built") as refused:
         model.fit(x, y, epochs=1, verbose=0, callbacks=[colabkit.keras.AutoResume(str(tmp_path / "u"))])
+    # the advice fits a model without call() too (a GAN or VAE with its own train_step)
+    assert "model(x[:1])" in str(refused.value) and "give each sub-model a keras.Input" in str(refused.value)
 
 
 @pytest.mark.parametrize("run", range(3))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("lightning")
+L = pytest.importorskip("lightning")
 
 
 def _build(spec):
@@ -70,6 +70,7 @@ def worker(spec):
     trainer = L.Trainer(accelerator="cpu", max_epochs=3, enable_progress_bar=False, logger=False,
                         enable_model_summary=False, default_root_dir=spec["root"], callbacks=[Cut(), ar])
     stopped = None
+    handlers = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)]
     try:
         trainer.fit(model, loader, ckpt_path="last")
     except colabkit.torch_lightning.Stopped as exc:
@@ -83,6 +84,26 @@ def worker(spec):
     np.savez(spec["out"], **arrays)
     print("RESULT " + json.dumps({"seen": model.seen, "step": trainer.global_step, "stopped": stopped,
                                   "lr": trainer.optimizers[0].param_groups[0]["lr"]}), flush=True)
+    if spec.get("after_fit"):
+        import weakref
+        refs = [weakref.ref(trainer), weakref.ref(model)]
+        del trainer, model, ar   # as re-running a notebook cell rebinds them
+        after_fit(handlers, refs)
+
+
+def after_fit(handlers, refs):
+    """What a notebook has after fit(): its signal handlers as before, no thread left, the trainer and model
+    freed once the cell's names go; then a SIGTERM ends the process as it would without Lightning."""
+    import gc
+    import threading
+
+    kept = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)] == handlers
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    gc.collect()
+    alive = [type(r()).__name__ for r in refs if r() is not None]
+    print("AFTER " + json.dumps({"handlers_kept": kept, "threads": threads, "alive": alive}), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("SURVIVED SIGTERM", flush=True)
 
 
 def _run(env, expect_rc=0, **spec):
@@ -101,9 +122,19 @@ def _compare(tmp_path, name):
 
 
 @pytest.mark.slow
-def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(tmp_path, ck_env):
+def test_sigterm_mid_epoch_or_on_an_epochs_last_batch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(tmp_path,
+                                                                                                        ck_env):
+    """SIGTERM at (epoch 1, batch 2), and at an epoch's last batch (6 batches an epoch), which is saved as the
+    epoch's end: each resumed run ends where the uninterrupted one does (Lightning restored from a save after
+    the last step would skip the next epoch). The uninterrupted run, after fit(), has its signal handlers back as
+    they were, no uploader thread, and its trainer and model freed."""
     common = {"root": str(tmp_path / "root")}
-    expected, _, _ = _run(ck_env, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"), **common)
+    expected, out, explain = _run(ck_env, -signal.SIGTERM, dest=str(tmp_path / "ref"), out=str(tmp_path / "ref.npz"),
+                                  after_fit=True, **common)
+    after = json.loads(next(ln for ln in out.splitlines() if ln.startswith("AFTER "))[6:])
+    assert after == {"handlers_kept": True, "threads": [], "alive": []}, explain
+    assert "SURVIVED" not in out, explain   # the SIGTERM after fit() ended it
+
     _, cut_out, explain = _run(ck_env, 143, dest=str(tmp_path / "run"), out=str(tmp_path / "cut.npz"),
                                sigterm_at=[1, 2], **common)
     assert "SIGTERM received: saved step 9 (committed to" in cut_out, explain
@@ -112,6 +143,15 @@ def test_sigterm_mid_epoch_then_ckpt_path_last_in_a_fresh_process_is_bit_exact(t
     assert _compare(tmp_path, "resumed") == [], explain
     assert resumed["step"] == expected["step"] == 18 and resumed["lr"] == expected["lr"]
     assert resumed["seen"] == [s for s in expected["seen"] if (s[0], s[1]) >= (1, 3)], explain
+
+    _, cut_out, explain = _run(ck_env, 143, dest=str(tmp_path / "last"), out=str(tmp_path / "cut.npz"),
+                               sigterm_at=[0, 5], **common)
+    assert "SIGTERM received: saved step 6 (committed to" in cut_out, explain
+    resumed, out, explain = _run(ck_env, dest=str(tmp_path / "last"), out=str(tmp_path / "last.npz"), **common)
+    assert "resuming Lightning from step 6 (epoch 0, batch 6)" in out, explain
+    assert resumed["step"] == 18 and resumed["seen"] == [s for s in expected["seen"] if s[0] >= 1], explain
+    assert _compare(tmp_path, "last") == [], explain
+
     # what the store holds: arrays and JSON, nothing pickled
     from colabkit.checkpoints.folder import CheckpointFolder
     files = {p.name for c in CheckpointFolder(tmp_path / "run").committed() for p in c.path.iterdir()}
@@ -201,13 +241,54 @@ def test_a_failed_step_saves_nothing_and_a_plain_dataloader_resume_says_it_is_no
     assert not torch.equal(fresh.net[0].weight, weights)   # loaded, then trained on
 
 
-def test_a_hyperparameter_that_needs_pickle_is_refused_naming_its_key(tmp_path, ck_env):
+class Settings:
+    """A config object of the user's own (picklable, so Lightning keeps it in the hyperparameters)."""
+    lr = 0.01
+
+
+def _a_config():
+    """An OmegaConf DictConfig where OmegaConf is installed, else an object of its own in the same place."""
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:
+        return {"cfg": Settings()}, r"\['hyper_parameters'\]\['cfg'\] of type Settings.*ignore"
+    return OmegaConf.create({"lr": 0.01}), r"\['hyper_parameters'\] of type DictConfig.*OmegaConf.to_container"
+
+
+class _KeyedByClass:
+    """A callback whose state is keyed by class (a registry of the kinds it has seen, say)."""
+
+    def state_dict(self):
+        return {torch.nn.Linear: 1}
+
+
+@pytest.mark.parametrize("case", ["config", "module", "filesystem", "callback keyed by class"])
+def test_a_value_that_needs_pickle_is_refused_at_setup_naming_it_and_the_fix(tmp_path, ck_env, case):
+    """Refused before the first step, not at the first save (here the epoch's end), with the key and the fix."""
+    import fsspec
+    import lightning as L
+
     import colabkit
     model, loader = _build({})
-    model.save_hyperparameters({"width": 8, "loss_fn": torch.nn.MSELoss()})
-    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=1, deadline=None)
-    with pytest.raises(colabkit.CheckpointError, match=r"\['hyper_parameters'\]\['loss_fn'\] of type MSELoss.*ignore"):
-        _trainer(tmp_path, ar, max_epochs=1).fit(model, loader)
+    callbacks = []
+    if case == "config":
+        hparams, match = _a_config()
+        model.save_hyperparameters(hparams)
+    elif case == "module":
+        model.save_hyperparameters({"width": 8, "loss_fn": torch.nn.MSELoss()})
+        match = r"\['hyper_parameters'\]\['loss_fn'\] of type MSELoss.*ignore=\[\.\.\.\]"
+    elif case == "filesystem":
+        model.save_hyperparameters({"fs": fsspec.filesystem("memory")})
+        match = r"\['hyper_parameters'\]\['fs'\] of type MemoryFileSystem.*ignore=\[\.\.\.\]"
+    else:
+        callbacks.append(type("Registry", (_KeyedByClass, L.Callback), {})())
+        match = r"\['callbacks'\]\['Registry'\] with a key <class 'torch.nn.*Linear'>.*string keys from state_dict"
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
+    trainer = _trainer(tmp_path, ar, max_epochs=1)
+    trainer.callbacks.extend(callbacks)
+    with pytest.raises(colabkit.CheckpointError, match=match + r".*nothing was trained or saved"):
+        trainer.fit(model, loader)
+    assert model.seen == []
     assert colabkit.Checkpoints(tmp_path / "run").list() == []
 
 
@@ -219,6 +300,43 @@ def test_another_checkpoint_io_plugin_is_refused(tmp_path, ck_env):
     ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
     with pytest.raises(ValueError, match="already has a CheckpointIO plugin"):
         _trainer(tmp_path, ar, plugins=[AsyncCheckpointIO()]).fit(model, loader)
+
+
+def test_the_plain_plugin_under_a_model_checkpoint_keeps_its_files_and_links_and_resumes_from_them(tmp_path, ck_env):
+    """ModelCheckpoint(save_last="link") into a folder that does not exist yet: its files (pointers into the store)
+    and its last.ckpt link exist; ckpt_path="last" and the newest file's path resume; an older file's path is
+    refused, saying why, since the store restores only its newest checkpoint."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    import colabkit
+
+    def trainer(max_epochs):
+        mc = ModelCheckpoint(dirpath=str(tmp_path / "mc"), monitor=None, save_top_k=-1, save_last="link")
+        return L.Trainer(accelerator="cpu", max_epochs=max_epochs, enable_progress_bar=False, logger=False,
+                         enable_model_summary=False, default_root_dir=str(tmp_path / "root"), callbacks=[mc],
+                         plugins=[colabkit.torch_lightning.CheckpointIO(tmp_path / "run")])
+
+    model, loader = _build({})
+    trainer(2).fit(model, loader)
+    files = sorted(p.name for p in (tmp_path / "mc").iterdir())
+    assert files == ["epoch=0-step=6.ckpt", "epoch=1-step=12.ckpt", "last.ckpt"], files
+    last = tmp_path / "mc" / "last.ckpt"
+    assert last.is_symlink() and last.resolve() == (tmp_path / "mc" / "epoch=1-step=12.ckpt").resolve()
+
+    for ckpt_path, epochs in (("last", 3), (str(tmp_path / "mc" / "epoch=2-step=18.ckpt"), 4)):
+        model, loader = _build({})
+        resumed = trainer(epochs)
+        resumed.fit(model, loader, ckpt_path=ckpt_path)
+        assert [s[0] for s in model.seen] == [epochs - 1] * 6 and resumed.global_step == 6 * epochs, ckpt_path
+
+    model, loader = _build({})
+    with pytest.raises(colabkit.CheckpointError, match=r"epoch=0-step=6.ckpt names step 6 in .*newest checkpoint is "
+                                                       r"step 24.*restores only the newest"):
+        trainer(5).fit(model, loader, ckpt_path=str(tmp_path / "mc" / "epoch=0-step=6.ckpt"))
+    assert model.seen == []
+    dangling = [p.name for p in (tmp_path / "mc").iterdir() if not p.exists()]
+    assert dangling == [] and (tmp_path / "mc" / "last.ckpt").resolve().name == "epoch=3-step=24.ckpt"
 
 
 def test_bad_arguments_name_the_value(tmp_path, ck_env):
@@ -240,6 +358,41 @@ def test_a_trainer_of_several_processes_is_refused_before_training(tmp_path, ck_
     assert trainer.world_size == 2
     with pytest.raises(ValueError, match=r"one process.*world_size=2"):
         ar.setup(trainer, model, "fit")   # what fit() calls on each rank once the processes are up
+
+
+class Picklable(L.LightningModule):
+    """A model that ddp_spawn can send to its processes (one defined inside a function cannot be)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+        self.steps = 0
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        return self.net(batch[0]).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_ddp_spawn_is_refused_before_any_process_starts_with_what_to_do(tmp_path, ck_env):
+    """ddp_spawn pickles the trainer to start its processes; the callback and the plugin refuse to be pickled
+    (they hold this process's uploader), with the guidance for trainers of several processes."""
+    import pickle
+
+    import colabkit
+    _, loader = _build({})
+    model = Picklable()
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", deadline=None)
+    trainer = L.Trainer(accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=1, logger=False,
+                        enable_progress_bar=False, default_root_dir=str(tmp_path / "root"), callbacks=[ar])
+    guidance = r"AutoResume runs in one process.*ddp_spawn.*devices=1.*colabkit.torch.AutoResume"
+    with pytest.raises(ValueError, match=guidance):
+        trainer.fit(model, loader)
+    assert model.steps == 0
+    with pytest.raises(ValueError, match=r"CheckpointIO runs in one process.*torch.save\(trainer\)"):
+        pickle.dumps(colabkit.torch_lightning.CheckpointIO(tmp_path / "run"))
 
 
 def test_a_model_checkpoint_beside_autoresume_is_refused_with_what_to_do(tmp_path, ck_env):

@@ -804,3 +804,36 @@ def test_a_save_called_outside_the_loops_saves_the_state_of_that_moment_every_ti
     model3, opt3 = _tiny(2)
     colabkit.torch.AutoResume(tmp_path / "run", model=model3, opt=opt3, deadline=None, verbose=0)
     assert torch.equal(model3[0].weight, expected + 1.0)
+
+
+def test_the_batch_index_counts_from_the_resumed_batch_and_enumerate_is_named(tmp_path, ck_env, capsys):
+    """An example's `if i % 100 == 0:` block: ar.enumerate() gives the index an uninterrupted run has; the
+    builtin enumerate(ar.batches(...)) counts from 0 again, and the resume says so."""
+    import shutil
+    import colabkit
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(24, 3)), batch_size=4)
+
+    def run(directory, spelling, stop_at=None):
+        model, opt = _tiny()
+        ar = colabkit.torch.AutoResume(directory, model=model, opt=opt, deadline=None)
+        seen = []
+        for epoch in ar.epochs(2):
+            batches = ar.enumerate(loader) if spelling == "ar" else enumerate(ar.batches(loader))
+            for i, (x,) in batches:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+                seen.append((epoch, i))
+                if (epoch, i) == stop_at:
+                    os.kill(os.getpid(), signal.SIGINT)
+        return seen
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "run", "ar", stop_at=(1, 2))
+    shutil.copytree(tmp_path / "run", tmp_path / "again")
+    capsys.readouterr()
+    assert run(tmp_path / "run", "ar") == [(1, 3), (1, 4), (1, 5)]
+    assert "enumerate(" not in capsys.readouterr().out
+    assert run(tmp_path / "again", "builtin") == [(1, 0), (1, 1), (1, 2)]
+    [said] = [line for line in capsys.readouterr().out.splitlines() if "enumerate(ar.batches(loader))" in line]
+    assert "epoch 1 resumes at batch 3" in said and "ar.enumerate(loader)" in said
