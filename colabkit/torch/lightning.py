@@ -75,8 +75,9 @@ class CheckpointIO(_LightningCheckpointIO):
     the last good checkpoint before a newer one is committed.
     A save at another path than the callback's pointer (a ``ModelCheckpoint``'s) leaves a pointer file there
     naming its step, which ``remove_checkpoint`` deletes; loading one restores the store's newest checkpoint if
-    it is that step, and otherwise says so. ``teardown`` closes the store (no uploader thread is left); the
-    next save or load opens it again. Neither the plugin nor the callback can be pickled (``ddp_spawn``).
+    it is that step, and otherwise says so. ``teardown`` closes the store once its newest checkpoint is
+    uploaded (no uploader thread is left; otherwise the upload goes on retrying); the next save or load opens
+    it again. Neither the plugin nor the callback can be pickled (``ddp_spawn``).
     """
 
     def __init__(self, directory, *, keep=None, keep_every=None, local_dir=None, resume_from=None, verbose=1):
@@ -220,14 +221,17 @@ class CheckpointIO(_LightningCheckpointIO):
 
     def teardown(self):
         """At the end of fit: wait for the newest checkpoint's upload (at least a minute), then close the store:
-        its uploader thread ends once nothing is left to upload, and the folder is freed for other writers."""
-        committed = self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s()))
-        if not committed:
+        its uploader thread ends, and the folder is freed for other writers. A checkpoint not uploaded by then
+        keeps the store open, its upload retried in the background."""
+        if not self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s())):
+            # left open: a closed store's uploader gives up at its next failed try, and the newest checkpoint
+            # would stay on this VM's disk only; open, it retries with back-off while the process lives
             self._say(f"the newest checkpoint is not on {self.directory} yet: "
                       f"{self.checkpoints.status.last_error or 'its upload is still running'}; it goes on in the "
-                      f"background")
-        self.checkpoints.close(timeout=60.0 if committed else 0)
-        self._closed = True
+                      f"background, retried until it is there")
+        else:
+            self.checkpoints.close(timeout=60.0)
+            self._closed = True
         self.write_pointer()
 
     # -- colabkit's additions ------------------------------------------------------------------------------

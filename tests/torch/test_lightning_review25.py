@@ -1,0 +1,41 @@
+"""Review of issue 25's Lightning changes: what the plugin's teardown and pointer files must not lose or mix up."""
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("lightning")
+
+
+def _checkpoint(step):
+    return {"global_step": step, "epoch": 0, "state_dict": {"w": torch.full((3,), float(step))}}
+
+
+def test_a_final_upload_that_fails_at_teardown_is_retried_afterwards_not_dropped(tmp_path, ck_env, monkeypatch):
+    """Drive is down when fit() ends: the newest checkpoint is on local disk only. Teardown says it goes on in the
+    background; it must: once Drive is back, that checkpoint reaches it (the store is not closed under it)."""
+    import colabkit
+    import colabkit.checkpoints.uploader as uploader
+    from colabkit.checkpoints.folder import CheckpointFolder
+    from colabkit.resume import schedule
+
+    monkeypatch.setattr(uploader, "BACKOFF_START", 0.05)
+    monkeypatch.setattr(schedule, "FINAL_WAIT_FLOOR_S", 0.5)
+    io = colabkit.torch_lightning.CheckpointIO(tmp_path / "run", local_dir=tmp_path / "local", verbose=0)
+    real, down = io.checkpoints.dest.copy_in, [True]
+
+    def drive(info, **kw):
+        if down[0]:
+            raise OSError(107, "Transport endpoint is not connected")
+        return real(info, **kw)
+
+    monkeypatch.setattr(io.checkpoints.dest, "copy_in", drive)
+    io.save_checkpoint(_checkpoint(6), tmp_path / "mc" / "epoch=0-step=6.ckpt")
+    io.teardown()                     # fit() ends while Drive is down
+    time.sleep(1.0)                   # a retry or two fail still
+    down[0] = False                   # Drive is back a moment later; the notebook's kernel lives on
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not CheckpointFolder(tmp_path / "run").committed():
+        time.sleep(0.1)
+    assert [c.step for c in CheckpointFolder(tmp_path / "run").committed()] == [6]
+    io.checkpoints.close()
