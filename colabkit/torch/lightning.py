@@ -36,6 +36,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from ..checkpoints.destinations import resolve_destination  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from .checks import check_generators, check_optimizer_state, check_rng, check_schedule  # noqa: E402
 from .loader import generators_of, set_generators  # noqa: E402
@@ -137,6 +138,10 @@ class CheckpointIO(_LightningCheckpointIO):
         if pointer is None:
             # a checkpoint file of Lightning's own: read without unpickling arbitrary objects
             return TorchCheckpointIO().load_checkpoint(path, map_location=map_location, weights_only=True)
+        if not _same_folder(pointer.get("directory"), self.directory):
+            raise CheckpointError(f"{path} points into {pointer.get('directory')}, not into {self.directory}, the "
+                                  f"folder this colabkit.torch_lightning.CheckpointIO stores in; load it with a "
+                                  f"CheckpointIO({pointer.get('directory')!r}). Nothing was restored.")
         restored = self.store().restore(check=self._check)
         if restored is None:
             raise CheckpointError(f"{self.directory} holds no valid committed checkpoint to resume from (the "
@@ -552,6 +557,16 @@ def _read_pointer(path) -> dict | None:
     except ValueError:
         return None
     return pointer if isinstance(pointer, dict) and isinstance(pointer.get("step", 0), int) else None
+
+
+def _same_folder(named, directory) -> bool:
+    """Whether a pointer's ``directory`` (as written) names the store in ``directory``, however spelled."""
+    if named is None or str(named) == str(directory):
+        return True
+    try:
+        return str(resolve_destination(named)) == str(resolve_destination(directory))
+    except (ValueError, OSError):
+        return False
 
 
 def _write_pointer_file(path: Path, directory, step: int) -> None:

@@ -39,3 +39,21 @@ def test_a_final_upload_that_fails_at_teardown_is_retried_afterwards_not_dropped
         time.sleep(0.1)
     assert [c.step for c in CheckpointFolder(tmp_path / "run").committed()] == [6]
     io.checkpoints.close()
+
+
+def test_a_model_checkpoint_file_of_another_run_is_refused_not_read_as_this_runs(tmp_path, ck_env):
+    """Two runs, each in its own store, both at step 6: run a's ModelCheckpoint file (a pointer into a's store)
+    loaded through run b's plugin must not give b's weights under a's file name."""
+    import colabkit
+
+    a = colabkit.torch_lightning.CheckpointIO(tmp_path / "run_a", verbose=0)
+    b = colabkit.torch_lightning.CheckpointIO(tmp_path / "run_b", verbose=0)
+    a.save_checkpoint(_checkpoint(6), tmp_path / "mc_a" / "epoch=0-step=6.ckpt")
+    ckpt_b = _checkpoint(6)
+    ckpt_b["state_dict"]["w"] += 100
+    b.save_checkpoint(ckpt_b, tmp_path / "mc_b" / "epoch=0-step=6.ckpt")
+    a.teardown(), b.teardown()
+    assert float(b.load_checkpoint(tmp_path / "mc_b" / "epoch=0-step=6.ckpt")["state_dict"]["w"][0]) == 106.0
+    with pytest.raises(colabkit.CheckpointError, match="run_a"):
+        b.load_checkpoint(tmp_path / "mc_a" / "epoch=0-step=6.ckpt")
+    b.teardown()
