@@ -142,6 +142,10 @@ class CheckpointIO(_LightningCheckpointIO):
             raise CheckpointError(f"{path} points into {pointer.get('directory')}, not into {self.directory}, the "
                                   f"folder this colabkit.torch_lightning.CheckpointIO stores in; load it with a "
                                   f"CheckpointIO({pointer.get('directory')!r}). Nothing was restored.")
+        if not self._closed and self.last_step is not None:
+            # a save of this process may still be writing: the path just saved (trainer.save_checkpoint(p), then
+            # ckpt_path=p, as Lightning's tuner does) names it, and it is the newest once committed
+            self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s()))
         restored = self.store().restore(check=self._check)
         if restored is None:
             raise CheckpointError(f"{self.directory} holds no valid committed checkpoint to resume from (the "

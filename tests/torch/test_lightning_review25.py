@@ -57,3 +57,20 @@ def test_a_model_checkpoint_file_of_another_run_is_refused_not_read_as_this_runs
     with pytest.raises(colabkit.CheckpointError, match="run_a"):
         b.load_checkpoint(tmp_path / "mc_a" / "epoch=0-step=6.ckpt")
     b.teardown()
+
+
+def test_a_path_just_saved_loads_that_save_even_before_its_commit(tmp_path, ck_env):
+    """trainer.save_checkpoint(p) then ckpt_path=p (Lightning's tuner does it): the save is written in the
+    background, and loading p right away gives it, not a refusal naming an older step as the newest."""
+    import colabkit
+
+    io = colabkit.torch_lightning.CheckpointIO(tmp_path / "run", verbose=0)
+
+    def big(step):
+        return {"global_step": step, "epoch": 0, "state_dict": {"w": torch.full((20_000_000,), float(step))}}
+
+    io.save_checkpoint(big(6), tmp_path / "a.ckpt")
+    assert io.checkpoints.wait(60)
+    io.save_checkpoint(big(12), tmp_path / "b.ckpt")
+    assert io.load_checkpoint(tmp_path / "b.ckpt")["global_step"] == 12
+    io.teardown()
