@@ -76,7 +76,8 @@ class CheckpointIO(_LightningCheckpointIO):
     the last good checkpoint before a newer one is committed.
     A save at another path than the callback's pointer (a ``ModelCheckpoint``'s) leaves a pointer file there
     naming its step, which ``remove_checkpoint`` deletes; loading one restores the store's newest checkpoint if
-    it is that step, and otherwise says so. ``teardown`` closes the store once its newest checkpoint is
+    it is that step (waiting for this process's save still being written), and otherwise says so, as it does
+    for a pointer into another folder's store. ``teardown`` closes the store once its newest checkpoint is
     uploaded (no uploader thread is left; otherwise the upload goes on retrying); the next save or load opens
     it again. Neither the plugin nor the callback can be pickled (``ddp_spawn``).
     """
