@@ -143,9 +143,10 @@ class CheckpointIO(_LightningCheckpointIO):
             raise CheckpointError(f"{path} points into {pointer.get('directory')}, not into {self.directory}, the "
                                   f"folder this colabkit.torch_lightning.CheckpointIO stores in; load it with a "
                                   f"CheckpointIO({pointer.get('directory')!r}). Nothing was restored.")
-        if not self._closed and self.last_step is not None:
-            # a save of this process may still be writing: the path just saved (trainer.save_checkpoint(p), then
-            # ckpt_path=p, as Lightning's tuner does) names it, and it is the newest once committed
+        wanted = pointer.get("step")
+        if not self._closed and wanted is not None and wanted == self.last_step:
+            # this process's newest save may still be writing: the path just saved (trainer.save_checkpoint(p),
+            # then ckpt_path=p, as Lightning's tuner does) names it, and it is the newest once committed
             self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s()))
         restored = self.store().restore(check=self._check)
         if restored is None:
@@ -153,7 +154,6 @@ class CheckpointIO(_LightningCheckpointIO):
                                   f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
                                   f"holds one.")
         checkpoint, self._checked = self._checked, None
-        wanted = pointer.get("step")
         if wanted is not None and wanted != restored.step:
             raise CheckpointError(f"{path} names step {wanted} in {self.directory}, whose newest checkpoint is step "
                                   f"{restored.step}; colabkit.torch_lightning.CheckpointIO restores only the newest "
