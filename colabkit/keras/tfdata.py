@@ -34,6 +34,7 @@ import logging
 import re
 import sys
 import time
+import weakref
 import zlib
 from typing import NamedTuple
 
@@ -149,6 +150,7 @@ class TFDataInput:
         # end: later epochs replay that order from the cache. A fresh process has an empty cache, so its first
         # iterator must read those parts as the run's first iterator did, whatever epoch it resumes.
         self._cached = pipeline.cached
+        self._cached_parts = {i: parts[i] for i in pipeline.cached}
         self._cache_unknown = bool(pipeline.cached) and epoch_iterator.steps_per_epoch is not None
         self._first_seeds = None       # the seed states the first iterator of this fit() started from
         # One iterator over each reshuffling part of the pipeline, never read: its state holds that part's seed
@@ -236,7 +238,7 @@ class TFDataInput:
             drawn = 0
         self._after_epoch = None
         if self._first_seeds is None:
-            self._first_seeds = origin["seeds"]
+            self._first_seeds = self._cache_filled_by(origin["seeds"], resumed=pending is not None)
         iterator = iter(self._iterable)
         for done in range(drawn):   # on resume: batches drawn before the saved position in earlier epochs
             try:
@@ -283,6 +285,20 @@ class TFDataInput:
         if self._broken:
             return {"format": _FORMAT, "why": self._broken}
         return {"format": _FORMAT, **self._filling_cache(origin), "drawn": drawn}
+
+    def _cache_filled_by(self, seeds, resumed) -> list:
+        """The seed states the cache() above each cached part was (or is now) filled from in this process: a cache
+        outlives fit(), so a later fit() over the same dataset (fine-tuning after a first fit) replays what the
+        first fit's first iterator read. A resume's saved seeds are that order already."""
+        seeds = list(seeds)
+        for i, part in self._cached_parts.items():
+            known = _CACHE_FILLED_BY.get(id(part))
+            if not resumed and known is not None and known[0]() is part:
+                seeds[i] = known[1]
+            else:
+                _CACHE_FILLED_BY[id(part)] = (weakref.ref(part, lambda _, key=id(part): _CACHE_FILLED_BY.pop(key, None)),
+                                              seeds[i])
+        return seeds
 
     def _filling_cache(self, origin) -> dict:
         """``origin`` with the parts below a cache() as the first iterator read them (see __init__)."""
@@ -354,6 +370,11 @@ class TFDataInput:
 
 _PYTHON_OPS = {"PyFunc": "from_generator or numpy_function", "PyFuncStateless": "numpy_function",
                "EagerPyFunc": "py_function"}
+
+
+# id(a reshuffling part below a cache()) -> (a weak reference to it, the seed state the cache was filled from in
+# this process): see TFDataInput._cache_filled_by
+_CACHE_FILLED_BY: dict = {}
 
 
 class _Pipeline(NamedTuple):

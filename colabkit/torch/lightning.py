@@ -36,6 +36,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
+from ..checkpoints.destinations import resolve_destination  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from .checks import check_generators, check_optimizer_state, check_rng, check_schedule  # noqa: E402
 from .loader import generators_of, set_generators  # noqa: E402
@@ -75,8 +76,10 @@ class CheckpointIO(_LightningCheckpointIO):
     the last good checkpoint before a newer one is committed.
     A save at another path than the callback's pointer (a ``ModelCheckpoint``'s) leaves a pointer file there
     naming its step, which ``remove_checkpoint`` deletes; loading one restores the store's newest checkpoint if
-    it is that step, and otherwise says so. ``teardown`` closes the store (no uploader thread is left); the
-    next save or load opens it again. Neither the plugin nor the callback can be pickled (``ddp_spawn``).
+    it is that step (waiting for this process's save still being written), and otherwise says so, as it does
+    for a pointer into another folder's store. ``teardown`` closes the store once its newest checkpoint is
+    uploaded (no uploader thread is left; otherwise the upload goes on retrying); the next save or load opens
+    it again. Neither the plugin nor the callback can be pickled (``ddp_spawn``).
     """
 
     def __init__(self, directory, *, keep=None, keep_every=None, local_dir=None, resume_from=None, verbose=1):
@@ -136,13 +139,21 @@ class CheckpointIO(_LightningCheckpointIO):
         if pointer is None:
             # a checkpoint file of Lightning's own: read without unpickling arbitrary objects
             return TorchCheckpointIO().load_checkpoint(path, map_location=map_location, weights_only=True)
+        if not _same_folder(pointer.get("directory"), self.directory):
+            raise CheckpointError(f"{path} points into {pointer.get('directory')}, not into {self.directory}, the "
+                                  f"folder this colabkit.torch_lightning.CheckpointIO stores in; load it with a "
+                                  f"CheckpointIO({pointer.get('directory')!r}). Nothing was restored.")
+        wanted = pointer.get("step")
+        if not self._closed and wanted is not None and wanted == self.last_step:
+            # this process's newest save may still be writing: the path just saved (trainer.save_checkpoint(p),
+            # then ckpt_path=p, as Lightning's tuner does) names it, and it is the newest once committed
+            self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s()))
         restored = self.store().restore(check=self._check)
         if restored is None:
             raise CheckpointError(f"{self.directory} holds no valid committed checkpoint to resume from (the "
                                   f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
                                   f"holds one.")
         checkpoint, self._checked = self._checked, None
-        wanted = pointer.get("step")
         if wanted is not None and wanted != restored.step:
             raise CheckpointError(f"{path} names step {wanted} in {self.directory}, whose newest checkpoint is step "
                                   f"{restored.step}; colabkit.torch_lightning.CheckpointIO restores only the newest "
@@ -220,14 +231,17 @@ class CheckpointIO(_LightningCheckpointIO):
 
     def teardown(self):
         """At the end of fit: wait for the newest checkpoint's upload (at least a minute), then close the store:
-        its uploader thread ends once nothing is left to upload, and the folder is freed for other writers."""
-        committed = self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s()))
-        if not committed:
+        its uploader thread ends, and the folder is freed for other writers. A checkpoint not uploaded by then
+        keeps the store open, its upload retried in the background."""
+        if not self.checkpoints.wait(schedule.final_wait_s(self.estimated_save_s())):
+            # left open: a closed store's uploader gives up at its next failed try, and the newest checkpoint
+            # would stay on this VM's disk only; open, it retries with back-off while the process lives
             self._say(f"the newest checkpoint is not on {self.directory} yet: "
                       f"{self.checkpoints.status.last_error or 'its upload is still running'}; it goes on in the "
-                      f"background")
-        self.checkpoints.close(timeout=60.0 if committed else 0)
-        self._closed = True
+                      f"background, retried until it is there")
+        else:
+            self.checkpoints.close(timeout=60.0)
+            self._closed = True
         self.write_pointer()
 
     # -- colabkit's additions ------------------------------------------------------------------------------
@@ -517,7 +531,8 @@ def _not_copyable(what) -> ValueError:
                       f"uploader and its claim on the checkpoint folder). A trainer with strategy=\"ddp_spawn\" "
                       f"pickles it to start its processes; torch.save(trainer) pickles it too. Train with devices=1 "
                       f"(and num_nodes=1), or use colabkit.torch.AutoResume in a plain PyTorch loop under torchrun, "
-                      f"which agrees every save across ranks; save the model with trainer.save_checkpoint(...).")
+                      f"which agrees every save across ranks; save the weights with torch.save(model.state_dict(), path) "
+                      f"(trainer.save_checkpoint(path) saves into the store and leaves only a pointer file at path).")
 
 
 def _say(message, verbose):
@@ -548,6 +563,16 @@ def _read_pointer(path) -> dict | None:
     except ValueError:
         return None
     return pointer if isinstance(pointer, dict) and isinstance(pointer.get("step", 0), int) else None
+
+
+def _same_folder(named, directory) -> bool:
+    """Whether a pointer's ``directory`` (as written) names the store in ``directory``, however spelled."""
+    if named is None or str(named) == str(directory):
+        return True
+    try:
+        return str(resolve_destination(named)) == str(resolve_destination(directory))
+    except (ValueError, OSError):
+        return False
 
 
 def _write_pointer_file(path: Path, directory, step: int) -> None:
