@@ -296,8 +296,9 @@ class TFDataInput:
             if not resumed and known is not None and known[0]() is part:
                 seeds[i] = known[1]
             else:
-                _CACHE_FILLED_BY[id(part)] = (weakref.ref(part, lambda _, key=id(part): _CACHE_FILLED_BY.pop(key, None)),
-                                              seeds[i])
+                key = id(part)
+                _CACHE_FILLED_BY[key] = (weakref.ref(part, lambda _, key=key: _CACHE_FILLED_BY.pop(key, None)),
+                                         seeds[i])
         return seeds
 
     def _filling_cache(self, origin) -> dict:

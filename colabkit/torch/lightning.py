@@ -531,8 +531,9 @@ def _not_copyable(what) -> ValueError:
                       f"uploader and its claim on the checkpoint folder). A trainer with strategy=\"ddp_spawn\" "
                       f"pickles it to start its processes; torch.save(trainer) pickles it too. Train with devices=1 "
                       f"(and num_nodes=1), or use colabkit.torch.AutoResume in a plain PyTorch loop under torchrun, "
-                      f"which agrees every save across ranks; save the weights with torch.save(model.state_dict(), path) "
-                      f"(trainer.save_checkpoint(path) saves into the store and leaves only a pointer file at path).")
+                      f"which agrees every save across ranks; save the weights with "
+                      f"torch.save(model.state_dict(), path) (trainer.save_checkpoint(path) saves into the store "
+                      f"and leaves only a pointer file at path).")
 
 
 def _say(message, verbose):
