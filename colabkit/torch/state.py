@@ -161,7 +161,9 @@ def _decode_tensor(obj, decoding, where):
     stored = np.dtype(_RAW_VIEW.get(name, name))
     if data.dtype != stored:
         raise InvalidCheckpoint(f"{where} is a tensor of {name} whose data are {data.dtype}, not {stored}")
-    tensor = torch.from_numpy(np.array(data))   # owned and writable (the restored array views the file's bytes)
+    # the restored array views the checkpoint's read buffer, which is writable and aligned, and which the restored
+    # state keeps anyway: the tensor shares it (no copy; a module's load_state_dict copies into its parameters)
+    tensor = torch.from_numpy(data if data.flags.writeable else data.copy())
     return tensor.view(dtype) if name in _RAW_VIEW else tensor
 
 
