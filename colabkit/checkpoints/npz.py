@@ -4,14 +4,14 @@ The file is an ordinary uncompressed ``.npz`` (a zip of ``.npy`` members, as ``n
 reads it), written so that saving and restoring touch every byte as few times as possible:
 
 * writing streams each array's memory straight to the file (no ``tobytes`` chunk copies), computes the zip
-  CRC-32 on the way and the file's sha256 (the manifest's) in a second thread, and syncs the data to disk
+  CRC-32 on the way and the file's hash (the manifest's, see digest.py) in a second thread, and syncs the data to disk
   while it writes, so that the final fsync has little left to do: the file is hashed and durable when
   ``write`` returns, without being read back;
 * every member's data starts at a multiple of 64 bytes in the file (padding in the zip extra field, as
   Android's zipalign does), so arrays read into an aligned buffer are aligned views that frameworks take
   without another copy;
 * reading reads the file once into one buffer, hashing it in a second thread as it arrives, and returns the
-  arrays as views into that buffer (after the sha256 matched the manifest, which makes the zip CRCs
+  arrays as views into that buffer (after the hash matched the manifest, which makes the zip CRCs
   redundant); arrays under 1 MB are copied out, so that keeping one does not keep the buffer. Compressed or
   encrypted members (``np.savez_compressed``'s) are refused: colabkit never writes them, and a deflated
   member from someone else can expand without bound.
@@ -20,7 +20,6 @@ Only numeric/string dtypes: an object array (which would need pickle) is refused
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 import os
@@ -33,6 +32,8 @@ import zlib
 
 import numpy as np
 
+from . import digest
+
 CHUNK = 8 << 20            # write/read/hash granularity
 SYNC_EVERY = 32 << 20      # start writing back to disk after this many bytes, while writing goes on
 ALIGN = 64
@@ -42,13 +43,13 @@ _ZIP64_LIMIT = 0xFFFFFFFF
 
 
 class _Hasher:
-    """sha256 of a stream of buffers, computed in a thread of its own (hashlib releases the GIL)."""
+    """The hash of a stream of buffers, computed in a thread of its own (hashlib and blake3 release the GIL)."""
 
-    def __init__(self):
-        self._digest = hashlib.sha256()
+    def __init__(self, name: str = digest.HASH):
+        self._digest = digest.hasher(name)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._error = None
-        self._thread = threading.Thread(target=self._run, name="colabkit-sha256", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="colabkit-hash", daemon=True)
         self._thread.start()
 
     def _run(self):
@@ -135,7 +136,7 @@ def _raw_bytes(array: np.ndarray) -> memoryview:
 
 
 def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
-    """Write ``arrays`` (name -> ndarray) as an uncompressed .npz at ``path``; returns (sha256 hex, size).
+    """Write ``arrays`` (name -> ndarray) as an uncompressed .npz at ``path``; returns (digest.HASH hex, size).
     With ``durable`` the data is on stable storage when this returns (fsync). Raises OSError as is."""
     prepared = []
     for key, array in arrays.items():
@@ -215,17 +216,19 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
     return digest, offset
 
 
-def read_into_memory(source, *, expected_size: int | None = None) -> tuple[memoryview, str]:
-    """The file's bytes (in a 64-byte aligned, writable buffer) and their sha256, read once. ``source``: a
+def read_into_memory(source, *, expected_size: int | None = None, hash_name: str = digest.HASH
+                     ) -> tuple[memoryview, str]:
+    """The file's bytes (in a 64-byte aligned, writable buffer) and their hash (``hash_name``: the one the
+    manifest records), read once. ``source``: a
     path, or a raw binary file open for reading. With ``expected_size``, a file of another size raises
     EOFError, before anything is allocated for it when the size can be seen (a manifest can lie about it)."""
     if hasattr(source, "readinto"):
-        return _read_all(source, expected_size, getattr(source, "name", "file"))
+        return _read_all(source, expected_size, getattr(source, "name", "file"), hash_name)
     with open(source, "rb", buffering=0) as fh:
-        return _read_all(fh, expected_size, source)
+        return _read_all(fh, expected_size, source, hash_name)
 
 
-def _read_all(fh, expected_size, where) -> tuple[memoryview, str]:
+def _read_all(fh, expected_size, where, hash_name) -> tuple[memoryview, str]:
     actual = os.fstat(fh.fileno()).st_size
     size = actual if expected_size is None else expected_size
     if actual != size:   # a growing file is caught below; this one is not read into a buffer of a lie's size
@@ -233,7 +236,7 @@ def _read_all(fh, expected_size, where) -> tuple[memoryview, str]:
     backing = np.empty(size + ALIGN, np.uint8)
     skip = -backing.ctypes.data % ALIGN
     view = memoryview(backing)[skip:skip + size]
-    hasher = _Hasher()
+    hasher = _Hasher(hash_name)
     got = 0
     try:
         while got < size:
