@@ -3,9 +3,11 @@
 For each size (default 0.2 GB and 6 GB of float32 arrays of 256 MB at most, as a model's variables are):
 
 1. baseline: write the arrays' bytes once to a file on the same disk and fsync it (what any durable save pays);
-2. commit: ``Checkpoints.save_snapshot`` (the path every adapter saves through: one copy into host buffers,
-   then the background write, hashed and synced on the way, then the manifest) until ``wait()`` says the
-   checkpoint is committed; its stall (the copy the loop waits for) is reported apart;
+2. commit: ``Checkpoints.save_snapshot`` to a folder on that disk (the path every adapter saves through: one
+   copy into host buffers, then the background write straight into the folder, hashed and synced on the way,
+   then the manifest) until ``wait()`` says the checkpoint is committed; its stall (the copy the loop waits
+   for) is reported apart. The second save of the process is timed, as in training (the first one's buffers
+   are fresh memory: its page faults are reported apart, as the first save's commit);
 3. the hash alone over the same bytes in memory (BLAKE3, the manifest's; sha256 for the checkpoints written
    before), to show it is no longer what a commit waits for.
 
@@ -67,13 +69,15 @@ def child(kind: str, nbytes: int, where: Path) -> dict:
                 b[...] = a
             return {f"v{i}": b for i, b in enumerate(buffers)}
 
-        with colabkit.Checkpoints(where / "run", local_dir=where / "local") as ckpt:
+        with colabkit.Checkpoints(where / "run") as ckpt:
             ckpt.prepare_snapshot(arrays)
-            t0 = time.perf_counter()
-            ckpt.save_snapshot(1, arrays, fill)
-            out["stall_s"] = time.perf_counter() - t0
-            assert ckpt.wait(), "not committed"
-            out["s"] = time.perf_counter() - t0
+            for step in (1, 2):
+                t0 = time.perf_counter()
+                ckpt.save_snapshot(step, arrays, fill)
+                out["stall_s"] = time.perf_counter() - t0
+                assert ckpt.wait(), "not committed"
+                out["s"] = time.perf_counter() - t0
+                out.setdefault("first_s", out["s"])
     elif kind in ("blake3", "sha256"):
         sys.path.insert(0, str(REPO))
         from colabkit.checkpoints.digest import hasher
@@ -109,8 +113,8 @@ def main():
     root = args.dir or Path(tempfile.gettempdir())
     print(f"machine: {os.cpu_count()} CPUs, load average at start {os.getloadavg()}, disk of {root}")
     print("| state | one write of the bytes + fsync (best / median) | commit (best / median) | commit / write "
-          "(best, median) | stall | blake3 alone | sha256 alone | peak RSS commit / state |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "(best, median) | stall | first save's commit | blake3 alone | sha256 alone | peak RSS commit / state |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for gb in args.sizes_gb:
         nbytes = int(gb * 1e9) // 4 * 4
         runs = {"write": [], "commit": []}
@@ -121,10 +125,11 @@ def main():
         w = sorted(r["s"] for r in runs["write"])
         c = sorted(r["s"] for r in runs["commit"])
         stall = statistics.median(r["stall_s"] for r in runs["commit"])
+        first = statistics.median(r["first_s"] for r in runs["commit"])
         extra = max(r["peak"] - r["state_peak"] for r in runs["commit"])
         print(f"| {nbytes / 1e9:.1f} GB | {w[0]:.2f} / {statistics.median(w):.2f} s | {c[0]:.2f} / "
               f"{statistics.median(c):.2f} s | {c[0] / w[0]:.2f}x, {statistics.median(c) / statistics.median(w):.2f}x"
-              f" | {stall:.2f} s | {hashes['blake3']:.2f} s | {hashes['sha256']:.2f} s | "
+              f" | {stall:.2f} s | {first:.2f} s | {hashes['blake3']:.2f} s | {hashes['sha256']:.2f} s | "
               f"+{extra / nbytes:.2f}x the state |")
     print(f"load average at end {os.getloadavg()}")
 
