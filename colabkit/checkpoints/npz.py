@@ -42,35 +42,51 @@ _PAD_ID = 0xD935           # extra field id for alignment padding (the one zipal
 _ZIP64_LIMIT = 0xFFFFFFFF
 
 
-class _Hasher:
-    """The hash of a stream of buffers, computed in a thread of its own (hashlib and blake3 release the GIL)."""
+class _InThread:
+    """Feeds a stream of buffers to ``state.update`` in a thread of its own, so that the work overlaps the
+    caller's reads or writes (hashlib, blake3 and zlib.crc32 release the GIL on large buffers)."""
 
-    def __init__(self, name: str = digest.HASH):
-        self._digest = digest.hasher(name)
+    def __init__(self, state, name: str):
+        self.state = state
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._error = None
-        self._thread = threading.Thread(target=self._run, name="colabkit-hash", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self):
         try:
             while (item := self._queue.get()) is not None:
-                self._digest.update(item)
+                self.state.update(item)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread  # pragma: no cover
             self._error = exc
 
-    def feed(self, data) -> None:
+    def update(self, data) -> None:
         self._queue.put(data)
 
-    def hexdigest(self) -> str:
+    def finish(self):
+        """The state, once every buffer fed so far went into it."""
         self._queue.put(None)
         self._thread.join()
         if self._error is not None:  # pragma: no cover
             raise self._error
-        return self._digest.hexdigest()
+        return self.state
 
     def abandon(self) -> None:
         self._queue.put(None)
+
+
+def _hasher(name: str = digest.HASH) -> _InThread:
+    return _InThread(digest.hasher(name), "colabkit-hash")
+
+
+class _Crc32:
+    """A zip member's CRC-32, updated buffer by buffer."""
+
+    def __init__(self, value: int = 0):
+        self.value = value
+
+    def update(self, data) -> None:
+        self.value = zlib.crc32(data, self.value)
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)   # macOS and Windows have no fdatasync
@@ -148,7 +164,7 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
         name = f"{key}.npy"
         prepared.append((name.encode("utf-8"), 0x0008 | (0 if name.isascii() else 0x0800), _npy_header(array), array))
     mtime, mdate = _dos_time(time.time())
-    hasher = _Hasher()
+    hasher, summing = _hasher(), None
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(path, flags, 0o644)
     syncer = _Syncer(fd) if durable else None
@@ -159,7 +175,7 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
         view = memoryview(data)
         while view.nbytes:
             n = os.write(fd, view)
-            hasher.feed(view[:n])
+            hasher.update(view[:n])
             view = view[n:]
             offset += n
         if syncer is not None and offset - synced >= SYNC_EVERY:
@@ -176,15 +192,21 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
             extra = struct.pack("<HHQQ", 1, 16, 0, 0) + struct.pack("<HH", _PAD_ID, pad) + b"\0" * pad
             emit(struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, flags, 0, mtime, mdate, 0, _ZIP64_LIMIT,
                              _ZIP64_LIMIT, len(name), len(extra)) + name + extra)
-            crc = zlib.crc32(header)
             emit(header)
             raw = _raw_bytes(array)
+            # a big array's CRC in a thread of its own, beside the write: on the writing thread it would take
+            # about as long as writing to a fast disk
+            crc = _Crc32(zlib.crc32(header))
+            summing = _InThread(crc, "colabkit-crc32") if raw.nbytes > CHUNK else None
             for at in range(0, raw.nbytes, CHUNK):
                 chunk = raw[at:at + CHUNK]
-                crc = zlib.crc32(chunk, crc)
+                (summing or crc).update(chunk)
                 emit(chunk)
-            emit(struct.pack("<IIQQ", 0x08074B50, crc, size, size))
-            entries.append((name, flags, crc, size, start))
+            if summing is not None:
+                summing.finish()
+                summing = None
+            emit(struct.pack("<IIQQ", 0x08074B50, crc.value, size, size))
+            entries.append((name, flags, crc.value, size, start))
         cd_start = offset
         central = bytearray()
         for name, flags, crc, size, start in entries:
@@ -200,7 +222,7 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
         central += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF),
                                min(cd_size, _ZIP64_LIMIT), _ZIP64_LIMIT, 0)
         emit(central)
-        digest = hasher.hexdigest()
+        file_digest = hasher.finish().hexdigest()
         if syncer is not None:
             syncer.close()
             if syncer.error is not None:   # an error seen by one fdatasync is not reported to the next
@@ -208,12 +230,14 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
             os.fsync(fd)
     except BaseException:
         hasher.abandon()
+        if summing is not None:
+            summing.abandon()
         if syncer is not None:
             syncer.close()
         os.close(fd)
         raise
     os.close(fd)
-    return digest, offset
+    return file_digest, offset
 
 
 def read_into_memory(source, *, expected_size: int | None = None, hash_name: str = digest.HASH
@@ -236,23 +260,23 @@ def _read_all(fh, expected_size, where, hash_name) -> tuple[memoryview, str]:
     backing = np.empty(size + ALIGN, np.uint8)
     skip = -backing.ctypes.data % ALIGN
     view = memoryview(backing)[skip:skip + size]
-    hasher = _Hasher(hash_name)
+    hasher = _hasher(hash_name)
     got = 0
     try:
         while got < size:
             n = fh.readinto(view[got:got + CHUNK])
             if not n:
                 break
-            hasher.feed(view[got:got + n])
+            hasher.update(view[got:got + n])
             got += n
         extra = fh.read(1) if got == size else b""
     except BaseException:
         hasher.abandon()
         raise
-    digest = hasher.hexdigest()
+    file_digest = hasher.finish().hexdigest()
     if got != size or extra:
         raise EOFError(f"{where} is {'shorter' if got < size else 'longer'} than {size} bytes")
-    return view, digest
+    return view, file_digest
 
 
 def load(buffer, *, where: str = "arrays.npz") -> dict:

@@ -299,6 +299,17 @@ def test_npz_round_trip_is_an_ordinary_npz_with_aligned_members(tmp_path, array)
     assert arrays["a0"].base is None or arrays["a0"].nbytes >= npz.SMALL, "small arrays are copies"
 
 
+def test_npz_members_bigger_than_a_chunk_get_the_crc_zip_readers_check(tmp_path):
+    import zipfile
+    path = tmp_path / "big.npz"
+    big = np.arange(3 * npz.CHUNK // 4 + 5, dtype=np.float32)   # several chunks and a partial one
+    npz.write(path, {"small": np.arange(3), "big": big, "after": np.ones(7)})
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None   # every member's CRC-32 matches its bytes
+    with np.load(path, allow_pickle=False) as loaded:
+        np.testing.assert_array_equal(loaded["big"], big)
+
+
 def test_npz_reads_what_np_savez_wrote_and_refuses_compressed_members_and_object_arrays(tmp_path):
     old = tmp_path / "old.npz"
     np.savez(old, a0=np.arange(5), a1=np.eye(3))
