@@ -390,12 +390,7 @@ class AccelerateResume(RunAttributes):
     # -- saving ----------------------------------------------------------------------------------------------
     def save(self, *, wait=False, reason: str = "manual") -> bool:
         """Save now, between batches (every process calls it). ``wait``: True blocks until committed; a number
-        waits at most that long. Returns whether the checkpoint was taken (and, with ``wait``, committed).
-
-        Each call writes a checkpoint, even at a step already saved: outside ``ar.batches()`` the step does not
-        advance, and only the caller knows whether the model moved since (keep counters of your own loop in
-        ``ar.state``)."""
-        self._last_saved = None   # never counted as already taken
+        waits at most that long. Returns whether the checkpoint was taken (and, with ``wait``, committed)."""
         return self._save(reason=reason, wait=wait)
 
     def _save(self, *, reason: str, wait=False, event: str = "save") -> bool:

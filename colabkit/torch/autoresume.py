@@ -321,12 +321,7 @@ class AutoResume(RunAttributes):
 
     # -- saving ----------------------------------------------------------------------------------------------
     def save(self, *, wait=False, reason: str = "manual") -> bool:
-        """Save now (between batches). ``wait``: True blocks until committed; a number waits at most that long.
-
-        Each call writes a checkpoint, even at a step already saved: outside ``ar.batches()`` the step does not
-        advance, and only the caller knows whether the model moved since (keep counters of your own loop in
-        ``ar.state``)."""
-        self._last_saved = None   # never counted as already taken
+        """Save now (between batches). ``wait``: True blocks until committed; a number waits at most that long."""
         return self._save(reason=reason, wait=wait)
 
     def _rng_state(self) -> dict:

@@ -434,22 +434,3 @@ if __name__ == "__main__":
     result = worker(json.loads(sys.argv[1]))
     if result is not None:
         print("RESULT " + json.dumps(result), flush=True)
-
-
-def test_each_save_outside_the_loops_writes_the_state_as_it_is_then(tmp_path, setup):
-    """A loop of the user's own (no ar.batches()) never moves ar.step: each ar.save() must still write the model
-    as it is at that call, not count as already taken after the first."""
-    import colabkit
-    from accelerate import Accelerator
-    accelerator, model, opt, loader = setup
-    ar = colabkit.hf.AccelerateResume(tmp_path / "run", accelerator, deadline=None, verbose=0)
-    for value in (1.0, 2.0, 3.0):
-        with torch.no_grad():
-            model.weight.fill_(value)
-        assert ar.save()
-    assert ar.checkpoints.wait(60)
-    ar.close()
-    other = Accelerator(cpu=True)
-    back, back_opt = other.prepare(torch.nn.Linear(3, 1), torch.optim.SGD(model.parameters(), lr=0.1))
-    colabkit.hf.AccelerateResume(tmp_path / "run", other, deadline=None, verbose=0).close()
-    assert back.weight.tolist() == [[3.0, 3.0, 3.0]]

@@ -808,23 +808,3 @@ def test_an_uncaught_stopped_shows_one_line_in_a_real_ipython_shell(ck_env):
     shown = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert shown == ["colabkit.torch.Stopped: the time budget is 59s away: saved step 41 ... Re-run this cell to "
                      "resume."], proc.stdout + proc.stderr
-
-
-def test_each_save_outside_the_loops_writes_the_state_as_it_is_then(tmp_path):
-    """A loop of the user's own (no ar.batches()) never moves ar.step: each ar.save() must still write the model
-    as it is at that call, not count as already taken after the first."""
-    import colabkit.torch
-    model = torch.nn.Linear(3, 1)
-    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, deadline=None, verbose=0)
-    for value in (1.0, 2.0, 3.0):
-        with torch.no_grad():
-            model.weight.fill_(value)
-        ar.state["round"] = value
-        assert ar.save(wait=False)
-    assert ar.checkpoints.wait(60)
-    ar.close()
-    back = torch.nn.Linear(3, 1)
-    fresh = colabkit.torch.AutoResume(tmp_path / "run", model=back, deadline=None, verbose=0)
-    assert back.weight.tolist() == [[3.0, 3.0, 3.0]]
-    assert fresh.state["round"] == 3.0
-    fresh.close()
