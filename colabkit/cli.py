@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("checkpoints", help="list the committed checkpoints in a folder, optionally verifying them")
     p.add_argument("directory", help='a checkpoint location, e.g. "drive:runs/mnist" or a local folder')
-    p.add_argument("--verify", action="store_true", help="check every file's size and sha256 against the manifest")
+    p.add_argument("--verify", action="store_true", help="check every file's size and hash against the manifest")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=_cmd_checkpoints)
 

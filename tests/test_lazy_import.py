@@ -16,7 +16,7 @@ import colabkit
 
 REPO = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("tensorflow", "keras", "torch", "jax", "pydrive2", "gdown", "pynvml", "google.colab", "matplotlib",
-             "psutil", "ipywidgets")
+             "psutil", "ipywidgets", "blake3")
 
 PROBE = """
 import json, sys

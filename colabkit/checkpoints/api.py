@@ -472,7 +472,7 @@ class Checkpoints:
     def restore(self, into: dict | None = None, *, check=None) -> Restored | None:
         """The newest valid checkpoint, or None when the folder was read and holds none.
 
-        Files are checked against the manifest (sizes and sha256); a damaged checkpoint gives a warning
+        Files are checked against the manifest (sizes and hashes); a damaged checkpoint gives a warning
         and the previous valid one is used. A destination that cannot be read (a dropped mount, an I/O
         error, a manifest that cannot be read) is retried for ``read_timeout``, then raises CheckpointError
         rather than resuming from an older checkpoint or starting over.

@@ -38,10 +38,10 @@ class Destination(Protocol):
         already committed by an earlier try (its answer lost) is kept."""
 
     def download(self, info: CheckpointInfo, into: CheckpointFolder) -> CheckpointInfo:
-        """Copy one of these checkpoints into the local folder ``into``, checking sha256 on the way."""
+        """Copy one of these checkpoints into the local folder ``into``, checking hashes on the way."""
 
     def verify(self, info: CheckpointInfo, *, full: bool = True) -> None:
-        """Check each file's size (and, with ``full``, sha256) against the manifest; CorruptCheckpoint if not."""
+        """Check each file's size (and, with ``full``, hash) against the manifest; CorruptCheckpoint if not."""
 
     def prune(self, keep: int, *, keep_every: float | None = None, protect=lambda name: False,
               abandoned=lambda name: False, on_delete=lambda name: None) -> list[str]:

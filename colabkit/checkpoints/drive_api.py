@@ -7,12 +7,12 @@ report the duplicates; a same-named folder from an interrupted earlier upload is
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from pathlib import Path, PurePosixPath
 
 from .. import gdrive as _gdrive
+from . import digest as _digest
 from . import manifest as _manifest
 from .folder import (
     _NAME,
@@ -182,10 +182,11 @@ class DriveApiFolder:
         if not full:
             return
         for rel, meta in info.manifest["files"].items():
-            digest = hashlib.sha256()
+            name, recorded = _digest.recorded(meta)
+            digest = _digest.hasher(name)
             self.client.download(files[rel]["id"], _HashSink(digest), what=f"reading {self}/{info.name}/{rel}")
-            if digest.hexdigest() != meta["sha256"]:
-                raise CorruptCheckpoint(f"{self}/{info.name}/{rel} does not match its sha256 in the manifest")
+            if digest.hexdigest() != recorded:
+                raise CorruptCheckpoint(f"{self}/{info.name}/{rel} does not match its {name} in the manifest")
 
     def copy_in(self, source: CheckpointInfo, **_ignored) -> CheckpointInfo:
         """Upload a committed local checkpoint: a new Drive folder, data files, then the manifest."""
@@ -226,7 +227,7 @@ class DriveApiFolder:
         return made[rel_dir]
 
     def download(self, info: CheckpointInfo, into: CheckpointFolder) -> CheckpointInfo:
-        """Copy a checkpoint to the local folder ``into``, checking sizes and sha256; manifest written last."""
+        """Copy a checkpoint to the local folder ``into``, checking sizes and hashes; manifest written last."""
         files = self._files(info)
         target = into.path / info.name
         remove_tree(target)
@@ -235,11 +236,12 @@ class DriveApiFolder:
             for rel, meta in info.manifest["files"].items():
                 dest = target / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                digest = hashlib.sha256()
+                name, recorded = _digest.recorded(meta)
+                digest = _digest.hasher(name)
                 with open(dest, "wb") as fh:
                     self.client.download(files[rel]["id"], _HashSink(digest, fh),
                                          what=f"reading {self}/{info.name}/{rel}")
-                if dest.stat().st_size != meta["size"] or digest.hexdigest() != meta["sha256"]:
+                if dest.stat().st_size != meta["size"] or digest.hexdigest() != recorded:
                     raise CorruptCheckpoint(f"{self}/{info.name}/{rel} does not match its manifest")
             write_bytes(target / _manifest.MANIFEST_NAME, _manifest.dumps(info.manifest))
         except BaseException:

@@ -25,7 +25,7 @@ import stat
 import time
 from pathlib import Path
 
-from .manifest import sha256_file
+from .digest import hash_file
 from .storage import copy_file
 
 FILES = "files"                 # the program's files, under files/<name> in the checkpoint folder
@@ -219,7 +219,7 @@ def _copy_consistently(src: Path, dst: Path) -> None:
 
 def hash_linked(snap: FilesSnapshot, ckpt_dir: Path) -> dict:
     """Give each hard-linked file a copy of its own, hashed (and fsynced) on the way, in place of the link, then
-    check that the program did not rewrite it in place meanwhile: {relative name: (sha256 hex, size)} for the
+    check that the program did not rewrite it in place meanwhile: {relative name: (digest.HASH hex, size)} for the
     manifest. Raises SourceChanged when one was rewritten. Runs on the background thread: once committed, the
     checkpoint shares no file with the program, whose later writes can then never damage it."""
     written = {}
@@ -274,8 +274,8 @@ def place(ckpt_path: Path, entry: dict, into: Path) -> Path:
 def _same_tree(a: Path, b: Path) -> bool:
     def listing(root: Path) -> dict:
         if root.is_file():
-            return {"": sha256_file(root)}
-        return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+            return {"": hash_file(root)}
+        return {p.relative_to(root).as_posix(): hash_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
     try:
         return listing(a) == listing(b)
     except OSError:

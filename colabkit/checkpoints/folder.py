@@ -16,6 +16,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from . import digest as _digest
 from . import manifest as _manifest
 from . import npz as _npz
 from .manifest import InvalidManifest
@@ -208,7 +209,7 @@ class CheckpointFolder:
         return self.scan().incomplete
 
     def verify(self, info: CheckpointInfo, *, full: bool = True) -> None:
-        """Check every file's size (and, with ``full``, sha256) against the manifest; raises CorruptCheckpoint.
+        """Check every file's size (and, with ``full``, hash) against the manifest; raises CorruptCheckpoint.
         Only regular files inside the checkpoint's folder are read (see open_file)."""
         for rel, meta in info.manifest["files"].items():
             fd = open_file(info, rel)
@@ -217,15 +218,15 @@ class CheckpointFolder:
                 if size != meta["size"]:
                     raise CorruptCheckpoint(f"{info.path / rel} has {size} bytes, the manifest says {meta['size']}")
                 if full:
-                    digest, _ = _manifest.sha256_file(fh)
-                    if digest != meta["sha256"]:
-                        raise CorruptCheckpoint(f"{info.path / rel} does not match its sha256 in the manifest")
+                    name, recorded = _digest.recorded(meta)
+                    if _digest.hash_file(fh, name=name)[0] != recorded:
+                        raise CorruptCheckpoint(f"{info.path / rel} does not match its {name} in the manifest")
 
     def commit(self, ckpt_dir: Path, *, step: int, epoch=None, batch=None, info: dict | None = None,
                generation: int = 0, written: dict | None = None) -> CheckpointInfo:
         """Hash the files already written in ``ckpt_dir`` (inside this folder) and write the manifest last.
 
-        ``written``: {relative name: (sha256 hex, size)} of files that their writer hashed while writing and
+        ``written``: {relative name: (digest.HASH hex, size)} of files that their writer hashed while writing and
         fsynced (state.write_data): they are not read back, only their size is checked."""
         files = {}
         listed = _files_under(ckpt_dir)
@@ -240,8 +241,8 @@ class CheckpointFolder:
             if known is not None and file.stat().st_size == known[1]:
                 digest, size = known
             else:
-                digest, size = _manifest.sha256_file(file, fsync=True)  # data durable before the manifest
-            files[rel] = {"size": size, "sha256": digest}
+                digest, size = _digest.hash_file(file, fsync=True)  # data durable before the manifest
+            files[rel] = {"size": size, _digest.HASH: digest}
         manifest = _manifest.build(step=step, epoch=epoch, batch=batch, files=files, info=info, generation=generation)
         fsync_dir(ckpt_dir)
         write_bytes(ckpt_dir / _manifest.MANIFEST_NAME, _manifest.dumps(manifest))
@@ -250,25 +251,26 @@ class CheckpointFolder:
 
     def read_checked(self, info: CheckpointInfo) -> dict:
         """{relative name: contents} of every file of a committed checkpoint, each read once and checked
-        against the manifest on the way (size and sha256); raises CorruptCheckpoint. Contents are writable
+        against the manifest on the way (size and hash); raises CorruptCheckpoint. Contents are writable
         buffers, 64-byte aligned (see npz.read_into_memory)."""
         contents = {}
         for rel, meta in info.manifest["files"].items():
             file = info.path / rel
+            name, recorded = _digest.recorded(meta)
             try:
                 with open(open_file(info, rel), "rb", buffering=0) as fh:
-                    data, digest = _npz.read_into_memory(fh, expected_size=meta["size"])
+                    data, digest = _npz.read_into_memory(fh, expected_size=meta["size"], hash_name=name)
             except EOFError:
                 raise CorruptCheckpoint(f"{file} does not have the {meta['size']} bytes the manifest says") from None
-            if digest != meta["sha256"]:
-                raise CorruptCheckpoint(f"{file} does not match its sha256 in the manifest")
+            if digest != recorded:
+                raise CorruptCheckpoint(f"{file} does not match its {name} in the manifest")
             contents[rel] = data
         return contents
 
     def copy_in(self, source: CheckpointInfo, *, check_hashes: bool = False, durable: bool = True) -> CheckpointInfo:
         """Copy a committed checkpoint into this folder under the same name: data files first, manifest last.
 
-        Sizes are always checked; with ``check_hashes`` every file's sha256 is checked while it is copied
+        Sizes are always checked; with ``check_hashes`` every file's hash is checked while it is copied
         (one read of a slow source), and a mismatch raises CorruptCheckpoint with nothing committed.
         ``durable=False`` skips fsync: for copies that are re-verified before every use (restore copies).
         An earlier, interrupted copy under that name is replaced (it was never committed).
@@ -282,11 +284,13 @@ class CheckpointFolder:
         target.mkdir()
         for rel, meta in source.manifest["files"].items():
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            digest, size = copy_file(open_file(source, rel), target / rel, durable=durable, digest=check_hashes)
+            name, recorded = _digest.recorded(meta)
+            digest, size = copy_file(open_file(source, rel), target / rel, durable=durable, digest=check_hashes,
+                                     hash_name=name)
             problem = (f"{source.path / rel} has {size} bytes, the manifest says {meta['size']}"
                        if size != meta["size"] else
-                       f"{source.path / rel} does not match its sha256 in the manifest"
-                       if check_hashes and digest != meta["sha256"] else None)
+                       f"{source.path / rel} does not match its {name} in the manifest"
+                       if check_hashes and digest != recorded else None)
             if problem:
                 remove_tree(target)
                 raise CorruptCheckpoint(problem)
@@ -335,7 +339,7 @@ class CheckpointFolder:
             return None
 
     def download(self, info: CheckpointInfo, into: CheckpointFolder) -> CheckpointInfo:
-        """Copy one of this folder's checkpoints into the local folder ``into``, checking sha256 on the way."""
+        """Copy one of this folder's checkpoints into the local folder ``into``, checking hashes on the way."""
         return into.copy_in(info, check_hashes=True, durable=False)
 
     def prune(self, keep: int, *, keep_every: float | None = None, protect=lambda name: False,

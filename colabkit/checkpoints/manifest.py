@@ -1,17 +1,18 @@
 """The manifest: the last file written into a checkpoint and the sole authority on whether it is complete.
 
-It lists every file with size and sha256, plus step/epoch/batch, wall time and versions. It carries a
-checksum of its own body, so a manifest truncated or half-synced by a Drive mount is rejected, not trusted.
+It lists every file with size and hash (BLAKE3; sha256 in checkpoints written before: see digest.py), plus
+step/epoch/batch, wall time and versions. It carries a checksum of its own body, so a manifest truncated or
+half-synced by a Drive mount is rejected, not trusted.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
 import platform
-import re
 import time
+
+from . import digest
 
 FORMAT = "colabkit-checkpoint/1"
 MANIFEST_NAME = "MANIFEST.json"
@@ -19,8 +20,6 @@ MAX_STEP = 2 ** 63 - 1        # what a framework's int64 step counter holds
 MAX_GENERATION = 2 ** 31 - 1
 MAX_FILE_SIZE = 2 ** 50       # 1 PiB: any size above it is a lie, and must not reach an allocation
 MAX_MANIFEST_BYTES = 64 << 20  # ~400,000 files; a bigger manifest is not one colabkit wrote
-_CHUNK = 4 << 20
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ManifestError(ValueError):
@@ -34,31 +33,12 @@ class InvalidManifest(ManifestError):
     proves integrity, not authorship: anyone can edit a manifest and recompute it."""
 
 
-def sha256_file(path, *, fsync: bool = False) -> tuple[str, int]:
-    """(hex digest, size) of a file (a path, or a binary file open for reading); with ``fsync``, also flush
-    it to stable storage."""
-    if hasattr(path, "read"):
-        return _sha256_stream(path, fsync=fsync)
-    with open(path, "rb") as fh:
-        return _sha256_stream(fh, fsync=fsync)
-
-
-def _sha256_stream(fh, *, fsync: bool) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    while chunk := fh.read(_CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    if fsync:
-        os.fsync(fh.fileno())
-    return digest.hexdigest(), size
-
-
 def _body_checksum(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def build(*, step: int, epoch, batch, files: dict, info: dict | None = None, generation: int = 0) -> dict:
-    """A manifest dict. ``files`` maps relative path -> {"size": int, "sha256": str}; ``generation`` counts
+    """A manifest dict. ``files`` maps relative path -> {"size": int, digest.HASH: str}; ``generation`` counts
     the runs started over in the folder (see folder.names_to_keep)."""
     from .._version import __version__
     body = {
@@ -158,6 +138,7 @@ def _field_problem(manifest: dict) -> str | None:
             return f"lists the file {rel!r}, {why}"
         if not isinstance(meta, dict) or not _whole(meta.get("size"), 0, MAX_FILE_SIZE):
             return f"gives {rel!r} the size {meta.get('size') if isinstance(meta, dict) else meta!r}, not a byte count"
-        if not isinstance(meta.get("sha256"), str) or not _SHA256.match(meta["sha256"]):
-            return f"gives {rel!r} the sha256 {meta.get('sha256')!r}, not 64 hex digits"
+        why = digest.problem(meta)
+        if why:
+            return f"gives {rel!r} {why}"
     return None

@@ -4,14 +4,14 @@ The file is an ordinary uncompressed ``.npz`` (a zip of ``.npy`` members, as ``n
 reads it), written so that saving and restoring touch every byte as few times as possible:
 
 * writing streams each array's memory straight to the file (no ``tobytes`` chunk copies), computes the zip
-  CRC-32 on the way and the file's sha256 (the manifest's) in a second thread, and syncs the data to disk
+  CRC-32 on the way and the file's hash (the manifest's, see digest.py) in a second thread, and syncs the data to disk
   while it writes, so that the final fsync has little left to do: the file is hashed and durable when
   ``write`` returns, without being read back;
 * every member's data starts at a multiple of 64 bytes in the file (padding in the zip extra field, as
   Android's zipalign does), so arrays read into an aligned buffer are aligned views that frameworks take
   without another copy;
 * reading reads the file once into one buffer, hashing it in a second thread as it arrives, and returns the
-  arrays as views into that buffer (after the sha256 matched the manifest, which makes the zip CRCs
+  arrays as views into that buffer (after the hash matched the manifest, which makes the zip CRCs
   redundant); arrays under 1 MB are copied out, so that keeping one does not keep the buffer. Compressed or
   encrypted members (``np.savez_compressed``'s) are refused: colabkit never writes them, and a deflated
   member from someone else can expand without bound.
@@ -20,7 +20,6 @@ Only numeric/string dtypes: an object array (which would need pickle) is refused
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 import os
@@ -33,6 +32,8 @@ import zlib
 
 import numpy as np
 
+from . import digest
+
 CHUNK = 8 << 20            # write/read/hash granularity
 SYNC_EVERY = 32 << 20      # start writing back to disk after this many bytes, while writing goes on
 ALIGN = 64
@@ -41,35 +42,51 @@ _PAD_ID = 0xD935           # extra field id for alignment padding (the one zipal
 _ZIP64_LIMIT = 0xFFFFFFFF
 
 
-class _Hasher:
-    """sha256 of a stream of buffers, computed in a thread of its own (hashlib releases the GIL)."""
+class _InThread:
+    """Feeds a stream of buffers to ``state.update`` in a thread of its own, so that the work overlaps the
+    caller's reads or writes (hashlib, blake3 and zlib.crc32 release the GIL on large buffers)."""
 
-    def __init__(self):
-        self._digest = hashlib.sha256()
+    def __init__(self, state, name: str):
+        self.state = state
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._error = None
-        self._thread = threading.Thread(target=self._run, name="colabkit-sha256", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self):
         try:
             while (item := self._queue.get()) is not None:
-                self._digest.update(item)
+                self.state.update(item)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread  # pragma: no cover
             self._error = exc
 
-    def feed(self, data) -> None:
+    def update(self, data) -> None:
         self._queue.put(data)
 
-    def hexdigest(self) -> str:
+    def finish(self):
+        """The state, once every buffer fed so far went into it."""
         self._queue.put(None)
         self._thread.join()
         if self._error is not None:  # pragma: no cover
             raise self._error
-        return self._digest.hexdigest()
+        return self.state
 
     def abandon(self) -> None:
         self._queue.put(None)
+
+
+def _hasher(name: str = digest.HASH) -> _InThread:
+    return _InThread(digest.hasher(name), "colabkit-hash")
+
+
+class _Crc32:
+    """A zip member's CRC-32, updated buffer by buffer."""
+
+    def __init__(self, value: int = 0):
+        self.value = value
+
+    def update(self, data) -> None:
+        self.value = zlib.crc32(data, self.value)
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)   # macOS and Windows have no fdatasync
@@ -135,7 +152,7 @@ def _raw_bytes(array: np.ndarray) -> memoryview:
 
 
 def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
-    """Write ``arrays`` (name -> ndarray) as an uncompressed .npz at ``path``; returns (sha256 hex, size).
+    """Write ``arrays`` (name -> ndarray) as an uncompressed .npz at ``path``; returns (digest.HASH hex, size).
     With ``durable`` the data is on stable storage when this returns (fsync). Raises OSError as is."""
     prepared = []
     for key, array in arrays.items():
@@ -147,7 +164,7 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
         name = f"{key}.npy"
         prepared.append((name.encode("utf-8"), 0x0008 | (0 if name.isascii() else 0x0800), _npy_header(array), array))
     mtime, mdate = _dos_time(time.time())
-    hasher = _Hasher()
+    hasher, summing = _hasher(), None
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(path, flags, 0o644)
     syncer = _Syncer(fd) if durable else None
@@ -158,7 +175,7 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
         view = memoryview(data)
         while view.nbytes:
             n = os.write(fd, view)
-            hasher.feed(view[:n])
+            hasher.update(view[:n])
             view = view[n:]
             offset += n
         if syncer is not None and offset - synced >= SYNC_EVERY:
@@ -175,15 +192,21 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
             extra = struct.pack("<HHQQ", 1, 16, 0, 0) + struct.pack("<HH", _PAD_ID, pad) + b"\0" * pad
             emit(struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, flags, 0, mtime, mdate, 0, _ZIP64_LIMIT,
                              _ZIP64_LIMIT, len(name), len(extra)) + name + extra)
-            crc = zlib.crc32(header)
             emit(header)
             raw = _raw_bytes(array)
+            # a big array's CRC in a thread of its own, beside the write: on the writing thread it would take
+            # about as long as writing to a fast disk
+            crc = _Crc32(zlib.crc32(header))
+            summing = _InThread(crc, "colabkit-crc32") if raw.nbytes > CHUNK else None
             for at in range(0, raw.nbytes, CHUNK):
                 chunk = raw[at:at + CHUNK]
-                crc = zlib.crc32(chunk, crc)
+                (summing or crc).update(chunk)
                 emit(chunk)
-            emit(struct.pack("<IIQQ", 0x08074B50, crc, size, size))
-            entries.append((name, flags, crc, size, start))
+            if summing is not None:
+                summing.finish()
+                summing = None
+            emit(struct.pack("<IIQQ", 0x08074B50, crc.value, size, size))
+            entries.append((name, flags, crc.value, size, start))
         cd_start = offset
         central = bytearray()
         for name, flags, crc, size, start in entries:
@@ -199,7 +222,7 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
         central += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF),
                                min(cd_size, _ZIP64_LIMIT), _ZIP64_LIMIT, 0)
         emit(central)
-        digest = hasher.hexdigest()
+        file_digest = hasher.finish().hexdigest()
         if syncer is not None:
             syncer.close()
             if syncer.error is not None:   # an error seen by one fdatasync is not reported to the next
@@ -207,25 +230,29 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
             os.fsync(fd)
     except BaseException:
         hasher.abandon()
+        if summing is not None:
+            summing.abandon()
         if syncer is not None:
             syncer.close()
         os.close(fd)
         raise
     os.close(fd)
-    return digest, offset
+    return file_digest, offset
 
 
-def read_into_memory(source, *, expected_size: int | None = None) -> tuple[memoryview, str]:
-    """The file's bytes (in a 64-byte aligned, writable buffer) and their sha256, read once. ``source``: a
+def read_into_memory(source, *, expected_size: int | None = None, hash_name: str = digest.HASH
+                     ) -> tuple[memoryview, str]:
+    """The file's bytes (in a 64-byte aligned, writable buffer) and their hash (``hash_name``: the one the
+    manifest records), read once. ``source``: a
     path, or a raw binary file open for reading. With ``expected_size``, a file of another size raises
     EOFError, before anything is allocated for it when the size can be seen (a manifest can lie about it)."""
     if hasattr(source, "readinto"):
-        return _read_all(source, expected_size, getattr(source, "name", "file"))
+        return _read_all(source, expected_size, getattr(source, "name", "file"), hash_name)
     with open(source, "rb", buffering=0) as fh:
-        return _read_all(fh, expected_size, source)
+        return _read_all(fh, expected_size, source, hash_name)
 
 
-def _read_all(fh, expected_size, where) -> tuple[memoryview, str]:
+def _read_all(fh, expected_size, where, hash_name) -> tuple[memoryview, str]:
     actual = os.fstat(fh.fileno()).st_size
     size = actual if expected_size is None else expected_size
     if actual != size:   # a growing file is caught below; this one is not read into a buffer of a lie's size
@@ -233,23 +260,23 @@ def _read_all(fh, expected_size, where) -> tuple[memoryview, str]:
     backing = np.empty(size + ALIGN, np.uint8)
     skip = -backing.ctypes.data % ALIGN
     view = memoryview(backing)[skip:skip + size]
-    hasher = _Hasher()
+    hasher = _hasher(hash_name)
     got = 0
     try:
         while got < size:
             n = fh.readinto(view[got:got + CHUNK])
             if not n:
                 break
-            hasher.feed(view[got:got + n])
+            hasher.update(view[got:got + n])
             got += n
         extra = fh.read(1) if got == size else b""
     except BaseException:
         hasher.abandon()
         raise
-    digest = hasher.hexdigest()
+    file_digest = hasher.finish().hexdigest()
     if got != size or extra:
         raise EOFError(f"{where} is {'shorter' if got < size else 'longer'} than {size} bytes")
-    return view, digest
+    return view, file_digest
 
 
 def load(buffer, *, where: str = "arrays.npz") -> dict:

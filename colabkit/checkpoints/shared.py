@@ -3,7 +3,7 @@
 A downloaded checkpoint is untrusted input: its manifest must pass its self-check, it may hold only the
 data formats colabkit writes (``arrays.npz`` read without pickle, ``state.json``, a TensorFlow variables
 checkpoint under ``tf/``), archive members may not escape the folder, and every file must match the
-manifest's sha256 before it becomes a local checkpoint. Nothing is left behind when any of that fails.
+manifest's hash before it becomes a local checkpoint. Nothing is left behind when any of that fails.
 """
 from __future__ import annotations
 

@@ -10,13 +10,12 @@ the state codec (codec.py) with the store's tags (arrays, trackables); this modu
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 
-from . import codec
+from . import codec, digest
 from . import npz as _npz
 from .codec import StateError
 from .folder import InvalidCheckpoint
@@ -100,13 +99,15 @@ def write_trackables(snap: Snapshot, ckpt_dir: Path) -> None:
 
 def write_data(snap: Snapshot, ckpt_dir: Path) -> dict:
     """Write the arrays and the JSON tree (may run on a background thread), each hashed while it is written
-    and fsynced. Returns {file name: (sha256 hex, size)} for the manifest (see CheckpointFolder.commit)."""
+    and fsynced. Returns {file name: (digest.HASH hex, size)} for the manifest (see CheckpointFolder.commit)."""
     written = {}
     if snap.arrays:
         written[ARRAYS] = _npz.write(ckpt_dir / ARRAYS, snap.arrays)
     data = json.dumps({"tree": snap.tree}, allow_nan=True).encode()
     write_bytes(ckpt_dir / STATE, data)
-    written[STATE] = (hashlib.sha256(data).hexdigest(), len(data))
+    hasher = digest.hasher()
+    hasher.update(data)
+    written[STATE] = (hasher.hexdigest(), len(data))
     return written
 
 

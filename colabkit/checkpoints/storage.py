@@ -6,11 +6,12 @@ completeness is decided by the manifest alone (see manifest.py).
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 import stat
 from pathlib import Path
+
+from . import digest as _digest
 
 _CHUNK = 4 << 20
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -76,13 +77,15 @@ def write_bytes(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def copy_file(src, dst: Path, *, durable: bool = True, digest: bool = True) -> tuple[str | None, int]:
+def copy_file(src, dst: Path, *, durable: bool = True, digest: bool = True,
+              hash_name: str = _digest.HASH) -> tuple[str | None, int]:
     """Copy in chunks, hashing on the way (unless ``digest`` is False: None is returned for it); fsync when
-    ``durable``. Returns (sha256 hex, size). ``src``: a path, or an open descriptor (closed here).
+    ``durable``. Returns (hex digest of the kind ``hash_name``, size). ``src``: a path, or an open descriptor
+    (closed here).
 
     Raises OSError (ENOSPC, ENOTCONN, ...) as is.
     """
-    hasher, written = hashlib.sha256() if digest else None, 0
+    hasher, written = _digest.hasher(hash_name) if digest else None, 0
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         while chunk := fin.read(_CHUNK):
             if hasher is not None:

@@ -81,7 +81,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         keep_every: also keep one checkpoint per interval ("6h").
         verbose: 1 prints one line per resume/deadline/interrupt; 0 is silent (logging still records).
         resume_from: a Google Drive share link to someone's checkpoint: when ``directory`` has no checkpoint
-            yet, it is downloaded, verified (manifest, sha256, safe formats only) and resumed; new
+            yet, it is downloaded, verified (manifest, hashes, safe formats only) and resumed; new
             checkpoints go to ``directory``.
         monitor: True (or a dict of options, or a ``colabkit.keras.Monitor``) to watch training health in the
             same fit(): step time, input share, GPU throttling, verdicts and the hang watchdog, which knows

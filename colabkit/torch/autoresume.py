@@ -67,6 +67,20 @@ log = logging.getLogger("colabkit")
 _ASSUMED_UPLOAD_BYTES_PER_S = 10e6   # first-save estimate before anything was measured (Drive-like)
 
 
+def _state_before(obj) -> dict:
+    """``obj``'s state, kept to load back if a restore fails. A torch.optim optimizer's own load_state_dict
+    replaces its state tensors and never writes into them, so its tensors are kept as they are (for Adam, two
+    thirds of the state not copied); anything else may copy into its tensors in place (a module does), so it
+    is deep-copied."""
+    state = obj.state_dict()
+    if type(obj).load_state_dict is torch.optim.Optimizer.load_state_dict:
+        shared = {}
+        for value in state["state"].values():
+            shared.update({id(t): t for t in value.values() if isinstance(t, torch.Tensor)})
+        return copy.deepcopy(state, memo=shared)
+    return copy.deepcopy(state)
+
+
 class AutoResume(RunAttributes):
     """Save and restore a plain PyTorch training loop, crash-safely, in ``directory`` ("drive:runs/x" or a folder).
 
@@ -144,7 +158,7 @@ class AutoResume(RunAttributes):
         decoded, user, ranks = self._checked
         self._checked = None
         # a load_state_dict can still fail after others have loaded: their states before, to load back then
-        before = {name: copy.deepcopy(target(obj).state_dict()) for name, obj in self.objects.items()}
+        before = {name: _state_before(target(obj)) for name, obj in self.objects.items()}
         loaded = []
         for name, obj in self.objects.items():
             try:

@@ -161,7 +161,10 @@ def _decode_tensor(obj, decoding, where):
     stored = np.dtype(_RAW_VIEW.get(name, name))
     if data.dtype != stored:
         raise InvalidCheckpoint(f"{where} is a tensor of {name} whose data are {data.dtype}, not {stored}")
-    tensor = torch.from_numpy(np.array(data))   # owned and writable (the restored array views the file's bytes)
+    # the restored array views the checkpoint's read buffer, which the restored state keeps anyway: the tensor
+    # shares it (no copy; a module's load_state_dict copies into its parameters). A read-only or misaligned array
+    # (a file of another writer) is copied.
+    tensor = torch.from_numpy(data if data.flags.writeable and data.flags.aligned else data.copy())
     return tensor.view(dtype) if name in _RAW_VIEW else tensor
 
 

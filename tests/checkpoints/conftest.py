@@ -36,22 +36,37 @@ def run_worker(args, env, **kw):
 BEFORE_CODEC = "6775974"
 
 
+# the last commit whose manifests record sha256 (BLAKE3 since): checkpoints it writes must restore, verified
+BEFORE_BLAKE3 = "f1b4539"
+
+
 @pytest.fixture(scope="session")
 def old_colabkit(tmp_path_factory):
-    """The colabkit package as commit BEFORE_CODEC had it, taken from this clone's history with git archive (the
+    """The colabkit package as commit BEFORE_CODEC had it (see colabkit_at)."""
+    return colabkit_at(BEFORE_CODEC, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def sha256_colabkit(tmp_path_factory):
+    """The colabkit package as commit BEFORE_BLAKE3 had it (see colabkit_at)."""
+    return colabkit_at(BEFORE_BLAKE3, tmp_path_factory)
+
+
+def colabkit_at(commit: str, tmp_path_factory) -> Path:
+    """The colabkit package as ``commit`` had it, taken from this clone's history with git archive (the
     repository is only read): a folder to put on a subprocess's PYTHONPATH. Skips where that history is not at
     hand (a source archive, a shallow clone)."""
     import io
     import subprocess
     import tarfile
     try:
-        done = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", BEFORE_CODEC, "colabkit"],
+        done = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit, "colabkit"],
                               capture_output=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"git cannot read commit {BEFORE_CODEC}: {exc}")
+        pytest.skip(f"git cannot read commit {commit}: {exc}")
     if done.returncode != 0:
-        pytest.skip(f"commit {BEFORE_CODEC} is not in this clone: {done.stderr.decode(errors='replace').strip()}")
-    root = tmp_path_factory.mktemp(f"colabkit-{BEFORE_CODEC}")
+        pytest.skip(f"commit {commit} is not in this clone: {done.stderr.decode(errors='replace').strip()}")
+    root = tmp_path_factory.mktemp(f"colabkit-{commit}")
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(root, filter="data")

@@ -1,7 +1,7 @@
 """The state codec changed no byte on disk: checkpoints written by the colabkit before it (commit BEFORE_CODEC, run
 from git history in a subprocess) restore with this one, this one writes the same state.json for the same state,
-and the earlier colabkit resumes from what this one writes (a notebook that pins an older version still reads
-them). A hand-written state.json in the tags' exact shape restores too, without git history."""
+and the earlier colabkit reads what this one writes as far as the state goes (its manifests now record BLAKE3,
+which that colabkit does not know: it refuses them, never misreads them). A hand-written state.json in the tags' exact shape restores too, without git history."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,6 +15,7 @@ import pytest
 
 import colabkit
 from colabkit.checkpoints import codec
+from colabkit.checkpoints import digest as digest_mod
 from colabkit.checkpoints import manifest as manifest_mod
 from colabkit.checkpoints.folder import CheckpointFolder
 
@@ -89,12 +90,12 @@ def test_a_store_checkpoint_written_before_the_codec_restores_and_is_written_the
     assert worker.describe(restored.state) == worker.describe(_as_stored(worker.store_state(np)))
 
 
-def test_a_torch_run_checkpointed_before_the_codec_resumes_bit_exactly_and_the_reverse(tmp_path, ck_env,
-                                                                                      old_colabkit):
+def test_a_torch_run_checkpointed_before_the_codec_resumes_bit_exactly(tmp_path, ck_env, old_colabkit):
     """The earlier colabkit runs uninterrupted (the reference) and is cut off mid-epoch (after the periodic save
-    at step 9); this one is cut off at the same batch. The two checkpoints are the same files. This colabkit
-    resumes the earlier one's checkpoint, and the earlier colabkit this one's: both end as the reference did,
-    having trained the same batches, with every ar.state value of its own type."""
+    at step 9); this one is cut off at the same batch. The two checkpoints hold the same data. This colabkit
+    resumes the earlier one's checkpoint and ends as the reference did, having trained the same batches, with
+    every ar.state value of its own type. The earlier colabkit refuses this one's checkpoint (a BLAKE3 manifest):
+    it starts over with a warning rather than use files it cannot verify."""
     pytest.importorskip("torch")
     ref = _start(old_colabkit, ck_env, tmp_path / "cache-ref", kind="torch", dest=str(tmp_path / "ref"))
     old_cut = _start(old_colabkit, ck_env, tmp_path / "cache-old", kind="torch", dest=str(tmp_path / "old"),
@@ -108,13 +109,14 @@ def test_a_torch_run_checkpointed_before_the_codec_resumes_bit_exactly_and_the_r
 
     new_resumes = _start(REPO, ck_env, tmp_path / "cache-old", kind="torch", dest=str(tmp_path / "old"))
     old_resumes = _start(old_colabkit, ck_env, tmp_path / "cache-new", kind="torch", dest=str(tmp_path / "new"))
-    for proc in (new_resumes, old_resumes):
-        resumed, explain = _finish(proc)
-        assert resumed["restored"] == [9, 1, 3], explain
-        assert resumed["objects"] == expected["objects"], explain
-        assert resumed["user"] == expected["user"], explain
-        assert resumed["step"] == expected["step"]
-        assert resumed["seen"] == [s for s in expected["seen"] if (s[0], s[1]) >= (1, 3)], explain
+    resumed, explain = _finish(old_resumes)
+    assert resumed["restored"] is None and "not 64 hex digits; the checkpoint is not used" in explain, explain
+    resumed, explain = _finish(new_resumes)
+    assert resumed["restored"] == [9, 1, 3], explain
+    assert resumed["objects"] == expected["objects"], explain
+    assert resumed["user"] == expected["user"], explain
+    assert resumed["step"] == expected["step"]
+    assert resumed["seen"] == [s for s in expected["seen"] if (s[0], s[1]) >= (1, 3)], explain
 
 
 # -- without git history: the tags' exact shape, written by hand -------------------------------------------------
@@ -137,7 +139,7 @@ def _resign(ckpt: Path, state_json: str) -> None:
     (ckpt / "state.json").write_text(state_json)
     body = {k: v for k, v in json.loads((ckpt / manifest_mod.MANIFEST_NAME).read_text()).items() if k != "checksum"}
     for rel in body["files"]:
-        digest, size = manifest_mod.sha256_file(ckpt / rel)
+        digest, size = digest_mod.hash_file(ckpt / rel, name="sha256")
         body["files"][rel] = {"sha256": digest, "size": size}
     signed = {**body, "checksum": manifest_mod._body_checksum(body)}
     (ckpt / manifest_mod.MANIFEST_NAME).write_bytes(manifest_mod.dumps(signed))

@@ -31,7 +31,7 @@ def test_save_restore_roundtrip_with_json_arrays_and_nesting(tmp_path, ck_env):
     np.testing.assert_array_equal(restored.state["opt"]["m"][0], np.ones(2))
 
 
-def test_manifest_lists_every_file_with_size_and_sha256(tmp_path, ck_env):
+def test_manifest_lists_every_file_with_size_and_hash(tmp_path, ck_env):
     with make(tmp_path) as ckpt:
         ckpt.save(3, {"w": np.zeros(1000)}, epoch=1, batch=5, wait=True)
     [info] = CheckpointFolder(tmp_path / "dest").committed()
@@ -40,7 +40,7 @@ def test_manifest_lists_every_file_with_size_and_sha256(tmp_path, ck_env):
     assert set(manifest["files"]) == {"arrays.npz", "state.json"}
     for name, meta in manifest["files"].items():
         assert (info.path / name).stat().st_size == meta["size"]
-        assert len(meta["sha256"]) == 64
+        assert len(meta["blake3"]) == 64
     assert manifest["versions"]["colabkit"] == colabkit.__version__
 
 

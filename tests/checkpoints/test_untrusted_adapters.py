@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from colabkit.checkpoints import digest as digest_mod
 from colabkit.checkpoints import manifest as manifest_mod
 
 ARRAY = "__colabkit_array__"
@@ -37,7 +38,7 @@ def resign(ckpt_dir, mutate=None, *, files=None):
     for rel, data in (files or {}).items():
         (path / rel).write_bytes(data)
     for rel in body["files"]:
-        digest, size = manifest_mod.sha256_file(path / rel)
+        digest, size = digest_mod.hash_file(path / rel, name="sha256")
         body["files"][rel] = {"sha256": digest, "size": size}
     signed = {**body, "checksum": manifest_mod._body_checksum(body)}
     (path / manifest_mod.MANIFEST_NAME).write_bytes(manifest_mod.dumps(signed))

@@ -727,6 +727,35 @@ def test_a_load_that_fails_after_others_loaded_puts_every_object_back(tmp_path, 
     assert repr(opt2.state_dict()) == opt_before and not opt2.state
 
 
+def test_an_optimizer_with_state_is_put_back_when_a_later_load_fails(tmp_path, ck_env):
+    """The optimizer's state before a failed restore is kept without a copy of its tensors: it must still come
+    back as it was, moments included, and keep training from there."""
+    import colabkit
+    model, opt = _tiny(0)
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0,
+                                   scaler=torch.amp.GradScaler("cpu", enabled=False))
+    ar.save(wait=True)
+    ar.close()
+    model2, opt2 = _tiny(1)
+    for _ in range(2):
+        opt2.zero_grad()
+        model2(torch.randn(4, 3)).sum().backward()
+        opt2.step()
+    moments = {i: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+               for i, s in opt2.state_dict()["state"].items()}
+    with pytest.raises(colabkit.CheckpointError, match="scaler"):
+        colabkit.torch.AutoResume(tmp_path / "run", model=model2, opt=opt2, deadline=None, verbose=0,
+                                  scaler=torch.amp.GradScaler("cpu", enabled=True))
+    after = opt2.state_dict()["state"]
+    assert after.keys() == moments.keys()
+    for i, saved in moments.items():
+        for k, v in saved.items():
+            assert torch.equal(after[i][k], v) if isinstance(v, torch.Tensor) else after[i][k] == v, (i, k)
+    opt2.zero_grad()
+    model2(torch.randn(4, 3)).sum().backward()
+    opt2.step()   # its state objects are live ones again
+
+
 if __name__ == "__main__":
     _spec = json.loads(sys.argv[1])
     ddp_worker(_spec) if _spec.get("ddp") else worker(_spec)
