@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -96,6 +97,11 @@ class CheckpointIO(_LightningCheckpointIO):
         self._state_nbytes = 0
         self.module = None          # the LightningModule being resumed (set by the callback), checked against
         self._checked = None        # Lightning's checkpoint dict that _check decoded, for load_checkpoint
+        # Which training a save belongs to, kept in the save and in a ModelCheckpoint's pointer file: a training
+        # that starts again in this folder counts its steps from 0 again, and an earlier training's file naming
+        # the same step must not load the later training's save. A save at a lower step than the last starts one.
+        self._training = None
+        self._checked_training = None
         self.write_pointer()
 
     # -- Lightning's interface -----------------------------------------------------------------------------
@@ -114,12 +120,16 @@ class CheckpointIO(_LightningCheckpointIO):
         self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
         name = os.path.basename(str(path))
 
+        step = int(checkpoint.get("global_step") or 0)
+        if self._training is None or (self.last_step is not None and step < self.last_step):
+            self._training = secrets.token_hex(8)
+        training = self._training
+
         def fill(buffers):
             for tensor, buffer in zip(tensors, buffers):
                 _copy_into(buffer, tensor)
-            return {"format": FORMAT, "name": name, "checkpoint": _fill(tree, buffers)}
+            return {"format": FORMAT, "name": name, "training": training, "checkpoint": _fill(tree, buffers)}
 
-        step = int(checkpoint.get("global_step") or 0)
         committed = self.store().save_snapshot(
             step, specs, fill, periodic=self._periodic, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint),
             info={"reason": "lightning", "name": name}, wait=self._wait)
@@ -132,7 +142,7 @@ class CheckpointIO(_LightningCheckpointIO):
         if Path(path).absolute() != self.pointer.absolute():
             # a ModelCheckpoint's file: a pointer to this step, so that its links, best_model_path and
             # ckpt_path="last" / "best" / the path name something
-            _write_pointer_file(Path(path), self.directory, step)
+            _write_pointer_file(Path(path), self.directory, step, training)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
         pointer = _read_pointer(path)
@@ -154,6 +164,11 @@ class CheckpointIO(_LightningCheckpointIO):
                                   f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
                                   f"holds one.")
         checkpoint, self._checked = self._checked, None
+        if pointer.get("training") is not None and pointer["training"] != self._checked_training:
+            raise CheckpointError(f"{path} names step {wanted} of an earlier training in {self.directory}; the "
+                                  f"newest checkpoint there (step {restored.step}) is a later training's. "
+                                  f"colabkit.torch_lightning.CheckpointIO restores only the newest "
+                                  f"(ckpt_path=\"last\", or the path of the newest save). Nothing was restored.")
         if wanted is not None and wanted != restored.step:
             raise CheckpointError(f"{path} names step {wanted} in {self.directory}, whose newest checkpoint is step "
                                   f"{restored.step}; colabkit.torch_lightning.CheckpointIO restores only the newest "
@@ -173,6 +188,9 @@ class CheckpointIO(_LightningCheckpointIO):
                                   f"(format {state.get('format')!r}); use another folder for Lightning runs.")
         checkpoint = untrusted.mapping(_decode(state.get("checkpoint"), "Lightning's checkpoint"),
                                        "Lightning's checkpoint")
+        training = state.get("training")   # absent in saves of earlier versions
+        if training is not None and not isinstance(training, str):
+            raise untrusted.invalid("its training", training, "a string")
         if untrusted.whole(checkpoint.get("global_step"), "its global_step") != restored.step:
             raise untrusted.invalid("its global_step", checkpoint["global_step"],
                                     f"the manifest's step {restored.step}")
@@ -199,7 +217,7 @@ class CheckpointIO(_LightningCheckpointIO):
                 raise untrusted.invalid("AutoResume's epoch_end", mine["epoch_end"], "True or False")
         if self.module is not None:
             self._check_fits(restored, weights)
-        self._checked = checkpoint
+        self._checked, self._checked_training = checkpoint, training
 
     def _check_fits(self, restored, weights):
         """The weights against the module being resumed: the same keys (unless it loads non-strictly) and shapes."""
@@ -576,10 +594,11 @@ def _same_folder(named, directory) -> bool:
         return False
 
 
-def _write_pointer_file(path: Path, directory, step: int) -> None:
+def _write_pointer_file(path: Path, directory, step: int, training: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)   # a link ModelCheckpoint made there: replace the link, not what it points to
-    path.write_text(json.dumps({"format": POINTER, "directory": str(directory), "step": step}))
+    path.write_text(json.dumps({"format": POINTER, "directory": str(directory), "step": step,
+                                "training": training}))
 
 
 def _on_last_batch(trainer) -> bool:
