@@ -164,15 +164,18 @@ class CheckpointIO(_LightningCheckpointIO):
                                   f"pointer {path} is stale); start without ckpt_path, or pass the folder that "
                                   f"holds one.")
         checkpoint, self._checked = self._checked, None
-        if pointer.get("training") is not None and pointer["training"] != self._checked_training:
-            raise CheckpointError(f"{path} names step {wanted} of an earlier training in {self.directory}; the "
-                                  f"newest checkpoint there (step {restored.step}) is a later training's. "
-                                  f"colabkit.torch_lightning.CheckpointIO restores only the newest "
-                                  f"(ckpt_path=\"last\", or the path of the newest save). Nothing was restored.")
         if wanted is not None and wanted != restored.step:
             raise CheckpointError(f"{path} names step {wanted} in {self.directory}, whose newest checkpoint is step "
                                   f"{restored.step}; colabkit.torch_lightning.CheckpointIO restores only the newest "
                                   f"(ckpt_path=\"last\", or the path of the newest save). Nothing was restored.")
+        if pointer.get("training") is not None and pointer["training"] != self._checked_training:
+            raise CheckpointError(f"{path} names step {wanted} of another training in {self.directory} (an earlier "
+                                  f"one, counted from step 0 again since); the newest checkpoint there, step "
+                                  f"{restored.step}, is not that save. "
+                                  f"colabkit.torch_lightning.CheckpointIO restores only the newest "
+                                  f"(ckpt_path=\"last\", or the path of the newest save). Nothing was restored.")
+        if self._checked_training is not None:
+            self._training = self._checked_training   # a resumed training goes on as the same one
         self._say(f"resuming Lightning from step {restored.step} (epoch {restored.epoch}, batch "
                   f"{restored.batch}) in {self.directory}")
         return checkpoint

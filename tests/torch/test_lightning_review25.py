@@ -78,20 +78,21 @@ def test_a_path_just_saved_loads_that_save_even_before_its_commit(tmp_path, ck_e
 
 def test_a_pointer_of_an_earlier_training_in_the_same_folder_is_not_read_as_a_later_ones(tmp_path, ck_env):
     """A second training into the same folder counts its steps from 0 again: the first training's file that names
-    step 6 must not load the second training's step 6."""
+    step 12 must not load the second training's step 12."""
     import colabkit
 
     io = colabkit.torch_lightning.CheckpointIO(tmp_path / "run", verbose=0)
     io.save_checkpoint(_checkpoint(6), tmp_path / "first" / "epoch=0-step=6.ckpt")
     io.save_checkpoint(_checkpoint(12), tmp_path / "first" / "epoch=1-step=12.ckpt")
-    again = _checkpoint(6)
-    again["state_dict"]["w"] += 100
-    io.save_checkpoint(again, tmp_path / "second" / "epoch=0-step=6.ckpt")
+    for step in (6, 12):
+        again = _checkpoint(step)
+        again["state_dict"]["w"] += 100
+        io.save_checkpoint(again, tmp_path / "second" / f"epoch={step // 6 - 1}-step={step}.ckpt")
     try:
-        with pytest.raises(colabkit.CheckpointError, match="of an earlier training"):
-            io.load_checkpoint(tmp_path / "first" / "epoch=0-step=6.ckpt")   # the later training's is newest
-        loaded = io.load_checkpoint(tmp_path / "second" / "epoch=0-step=6.ckpt")
-        assert float(loaded["state_dict"]["w"][0]) == 106.0
+        with pytest.raises(colabkit.CheckpointError, match="of another training"):
+            io.load_checkpoint(tmp_path / "first" / "epoch=1-step=12.ckpt")   # the later training's is newest
+        loaded = io.load_checkpoint(tmp_path / "second" / "epoch=1-step=12.ckpt")
+        assert float(loaded["state_dict"]["w"][0]) == 112.0
     finally:
         io.teardown()
 
@@ -108,7 +109,7 @@ def test_a_pointer_of_an_earlier_training_at_the_same_last_step_is_not_read_as_a
     again["state_dict"]["w"] += 100
     io.save_checkpoint(again, tmp_path / "second" / "epoch=0-step=6.ckpt")
     try:
-        with pytest.raises(colabkit.CheckpointError, match="of an earlier training"):
+        with pytest.raises(colabkit.CheckpointError, match="of another training"):
             io.load_checkpoint(tmp_path / "first" / "epoch=0-step=6.ckpt")
     finally:
         io.teardown()
