@@ -131,7 +131,9 @@ class AutoResume(RunAttributes):
         self.step = 0                  # batches trained in total
         self.epoch = 0                 # the current epoch
         self.batch = 0                 # batches trained in the current epoch
-        self.restored = None           # what was restored (colabkit.Restored), or None
+        # what was restored (colabkit.Restored), or None. Its state's tensors are not a copy: the objects restored
+        # from it hold them (an optimizer's moments are views of the read buffer and change as it trains)
+        self.restored = None
         self.stopped_for = None        # why training was stopped (a deadline, a signal), or None
         self._pending = None           # the restored checkpoint's RNG and loader states, applied at its position
         self._checked = None           # what _check decoded from the checkpoint restore() is about to return
