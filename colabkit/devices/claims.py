@@ -49,6 +49,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
+from ..proctree import parents as process_parents
 from ..units import format_size
 
 try:
@@ -536,7 +537,7 @@ def _known_pids(view: View) -> set:
     """Processes whose GPU use is accounted for: claim holders and their descendants, and this process with its
     ancestors and descendants. A claim's pid is what its file says: pids 0 and 1 (init, whose descendants are
     every process) are ignored."""
-    parents = _parents()
+    parents = process_parents()
     roots = {r.pid for r in view.claims if r.pid is not None and r.pid > 1} | {os.getpid()}
     known, pid = set(roots), os.getpid()
     while pid in parents and pid not in (0, 1):
@@ -552,22 +553,6 @@ def _known_pids(view: View) -> set:
                 known.add(child)
                 todo.append(child)
     return known
-
-
-def _parents() -> dict:
-    out = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    out[int(entry)] = int(fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
 
 
 # --------------------------------------------------------------------------------------------- holding one

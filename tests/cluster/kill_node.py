@@ -9,6 +9,8 @@ import os
 import signal
 import sys
 
+from colabkit.proctree import descendants
+
 
 def parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -18,23 +20,6 @@ def parent(pid: int) -> int:
 def comm(pid: int) -> str:
     with open(f"/proc/{pid}/comm") as fh:
         return fh.read().strip()
-
-
-def descendants(root: int) -> set:
-    children: dict = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                children.setdefault(parent(int(entry)), []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def main() -> int:

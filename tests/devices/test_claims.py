@@ -503,7 +503,7 @@ def test_without_fcntl_or_gpus_nothing_is_claimed(fake_gpus, tmp_path, monkeypat
 def test_claims_that_say_pid_1_or_programs_of_unknown_memory_do_not_hide_strangers(fake_gpus, monkeypatch):
     fake_gpus("shared_box")
     stranger = 4_000_000
-    monkeypatch.setattr(claims, "_parents", lambda: {stranger: 1, os.getpid(): 1})
+    monkeypatch.setattr(claims, "process_parents", lambda: {stranger: 1, os.getpid(): 1})
     view = claims.View([claims.Record("claim-1", "claim", "x", 0, 1, "", None, [])], [])
     assert stranger not in claims._known_pids(view)
     import dataclasses
