@@ -18,7 +18,8 @@ pytest.importorskip("tensorflow")
 
 def _two_fits(root, tag, interrupt=None):
     import colabkit
-    from tests.keras.test_keras_resume_notes import _InterruptAt, _cached_fit_input, _regression
+    from tests.keras.test_keras_input import _InterruptAt
+    from tests.keras.test_keras_resume_notes import _cached_fit_input, _regression
 
     model, data = _regression(), _cached_fit_input()
     for part, cut in (("A", None), ("B", interrupt)):

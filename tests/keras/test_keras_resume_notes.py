@@ -8,8 +8,6 @@ interrupted by SIGINT (the stop button) mid-epoch; then a fresh one that runs an
 (its own dataset object, so its own cache) and resumes each interrupted fit from its folder.
 """
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -46,19 +44,6 @@ class _NoCallGan(keras.Model):
         return {"g_loss": loss}
 
 
-class _InterruptAt(keras.callbacks.Callback):
-    def __init__(self, epoch, batch):
-        super().__init__()
-        self.at, self.epoch = (epoch, batch), None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if (self.epoch, batch) == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
-
-
 SAMPLES, BATCH = 64, 8        # 8 batches an epoch
 
 
@@ -81,6 +66,7 @@ def _regression():
 
 def _fit(model, data, dest, interrupt=None, callbacks=()):
     import colabkit
+    from tests.keras.test_keras_input import _InterruptAt
     print(f"FIT {Path(dest).name}", flush=True)
     auto = colabkit.keras.AutoResume(dest, save_freq=2, deadline=None)
     try:
@@ -181,4 +167,5 @@ def test_public_example_patterns_resume_exactly_or_say_what_cannot(tmp_path, ck_
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the tests package, for _InterruptAt
     worker(json.loads(sys.argv[1]))
