@@ -140,8 +140,8 @@ class TFDataInput:
         self._tf, self._ep = tf, epoch_iterator
         self._iterable = iterable      # what Keras iterates: the dataset, or a DistributedDataset over it
         pipeline = _pipeline_state(dataset)
-        parts, variables, self._python, self._racing = pipeline.parts, pipeline.variables, pipeline.python, \
-            pipeline.racing
+        parts, variables = pipeline.parts, pipeline.variables
+        self._python, self._racing = pipeline.python, pipeline.racing
         # validation_data that reads a reshuffling part of the training pipeline draws its seeds too, after an
         # epoch's batches: a position saved at an epoch's last batch cannot know those draws
         self._shared = validation is not None and bool(
@@ -149,7 +149,6 @@ class TFDataInput:
         # A reshuffling part below a cache() is read by the first iterator only, when every epoch reads to the
         # end: later epochs replay that order from the cache. A fresh process has an empty cache, so its first
         # iterator must read those parts as the run's first iterator did, whatever epoch it resumes.
-        self._cached = pipeline.cached
         self._cached_parts = {i: parts[i] for i in pipeline.cached}
         self._cache_unknown = bool(pipeline.cached) and epoch_iterator.steps_per_epoch is not None
         self._first_seeds = None       # the seed states the first iterator of this fit() started from
@@ -303,9 +302,10 @@ class TFDataInput:
 
     def _filling_cache(self, origin) -> dict:
         """``origin`` with the parts below a cache() as the first iterator read them (see __init__)."""
-        if not self._cached or self._cache_unknown or self._first_seeds is None:
+        if not self._cached_parts or self._cache_unknown or self._first_seeds is None:
             return origin
-        seeds = [self._first_seeds[i] if i in self._cached else seed for i, seed in enumerate(origin["seeds"])]
+        seeds = [self._first_seeds[i] if i in self._cached_parts else seed
+                 for i, seed in enumerate(origin["seeds"])]
         return {**origin, "seeds": seeds}
 
     def notes(self) -> list:
