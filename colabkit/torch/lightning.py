@@ -166,14 +166,11 @@ class CheckpointIO(_LightningCheckpointIO):
         checkpoint, self._checked = self._checked, None
         if wanted is not None and wanted != restored.step:
             raise CheckpointError(f"{path} names step {wanted} in {self.directory}, whose newest checkpoint is step "
-                                  f"{restored.step}; colabkit.torch_lightning.CheckpointIO restores only the newest "
-                                  f"(ckpt_path=\"last\", or the path of the newest save). Nothing was restored.")
+                                  f"{restored.step}; {_ONLY_NEWEST}")
         if pointer.get("training") is not None and pointer["training"] != self._checked_training:
             raise CheckpointError(f"{path} names step {wanted} of another training in {self.directory} (an earlier "
                                   f"one, counted from step 0 again since); the newest checkpoint there, step "
-                                  f"{restored.step}, is not that save. "
-                                  f"colabkit.torch_lightning.CheckpointIO restores only the newest "
-                                  f"(ckpt_path=\"last\", or the path of the newest save). Nothing was restored.")
+                                  f"{restored.step}, is not that save. {_ONLY_NEWEST}")
         if self._checked_training is not None:
             self._training = self._checked_training   # a resumed training goes on as the same one
         self._say(f"resuming Lightning from step {restored.step} (epoch {restored.epoch}, batch "
@@ -543,6 +540,9 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+_ONLY_NEWEST = ("colabkit.torch_lightning.CheckpointIO restores only the newest (ckpt_path=\"last\", or the path of "
+                "the newest save). Nothing was restored.")
 
 def _not_copyable(what) -> ValueError:
     """Why the plugin and the callback cannot be pickled: they hold the store's uploader thread and its claim on the
