@@ -17,10 +17,10 @@ def scenario() -> dict | None:
 
 
 def framework(name: str) -> dict:
-    """The scenario's entry for a framework ({"version", "cuda", ...}); ImportError where it has none, as where
-    the framework is not installed."""
+    """The scenario's entry for a framework ({"version", "cuda", ...}); ImportError where it has none (or null),
+    as where the framework is not installed."""
     data = scenario() or {}
-    if name not in data:
+    if data.get(name) is None:
         raise ImportError(f"No module named '{name}'")
     return data[name]
 

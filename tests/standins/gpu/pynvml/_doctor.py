@@ -10,7 +10,31 @@ aggregate_uncorrected, volatile_corrected, aggregate_corrected, retired_single_b
 retired_double_bit: [addresses], retired_pending: bool, remapped_rows: {correctable, uncorrectable, pending,
 failure}}. A missing key raises NVMLError_NotSupported, as on GeForce boards.
 """
-from . import NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVMLError, _field, _need, _whole_gpu
+import sys as _sys
+
+_INVALID_ARGUMENT, _NOT_SUPPORTED = 2, 3   # NVML_ERROR_* codes
+
+
+def _pynvml():
+    """The package as it is now: tests drop `pynvml` from sys.modules to re-read a scenario, and this submodule
+    (kept in sys.modules as pynvml._doctor) must use the fresh package's state and error classes, not the old."""
+    return _sys.modules[__name__.rpartition(".")[0]]
+
+
+def _need():
+    return _pynvml()._need()
+
+
+def _field(record, key):
+    return _pynvml()._field(record, key)
+
+
+def _whole_gpu(handle):
+    return _pynvml()._whole_gpu(handle)
+
+
+def _error(value):
+    return _pynvml().NVMLError(value)   # the current package's class, subclass chosen by code
 
 NVML_FEATURE_DISABLED = 0
 NVML_FEATURE_ENABLED = 1
@@ -96,7 +120,7 @@ def nvmlDeviceGetPowerManagementLimitConstraints(handle):
 def nvmlDeviceGetP2PStatus(device1, device2, p2pIndex):  # noqa: N803 - the real parameter name
     _whole_gpu(device1), _whole_gpu(device2)
     if device1._index == device2._index or not 0 <= int(p2pIndex) <= NVML_P2P_CAPS_INDEX_UNKNOWN:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        raise _error(_INVALID_ARGUMENT)
     low, high = sorted((device1, device2), key=lambda h: h._index)
     name = (low._gpu.get("p2p") or {}).get(f"{low._index},{high._index}", "not_supported")
     return _P2P_STATUS[name]
@@ -110,25 +134,25 @@ def nvmlDeviceGetTotalEccErrors(handle, errorType, counterType):  # noqa: N803
     kind = {NVML_MEMORY_ERROR_TYPE_CORRECTED: "corrected", NVML_MEMORY_ERROR_TYPE_UNCORRECTED: "uncorrected"}
     counter = {NVML_VOLATILE_ECC: "volatile", NVML_AGGREGATE_ECC: "aggregate"}
     if errorType not in kind or counterType not in counter:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        raise _error(_INVALID_ARGUMENT)
     return int(_ecc(handle).get(f"{counter[counterType]}_{kind[errorType]}", 0))
 
 
 def nvmlDeviceGetRetiredPages(device, sourceFilter):  # noqa: N803
     ecc = _ecc(device)
     if "remapped_rows" in ecc:   # A100 and newer remap rows instead of retiring pages
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        raise _error(_NOT_SUPPORTED)
     key = {NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: "retired_single_bit",
            NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: "retired_double_bit"}.get(sourceFilter)
     if key is None:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        raise _error(_INVALID_ARGUMENT)
     return list(ecc.get(key, []))
 
 
 def nvmlDeviceGetRetiredPagesPendingStatus(device):
     ecc = _ecc(device)
     if "remapped_rows" in ecc:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        raise _error(_NOT_SUPPORTED)
     return NVML_FEATURE_ENABLED if ecc.get("retired_pending") else NVML_FEATURE_DISABLED
 
 
