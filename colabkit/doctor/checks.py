@@ -27,7 +27,7 @@ class Box:
             self.nv, self.nvml_error = open_nvml(), None
         except SourceUnavailable as exc:
             self.nv, self.nvml_error = None, str(exc)
-        self.handles = []
+        self.handles, self.lost = [], []   # [(NVML index, handle)], ["GPU i: why"] for GPUs NVML cannot open
         if self.nv is not None:
             try:
                 count = self.nv.nvmlDeviceGetCount()
@@ -38,7 +38,7 @@ class Box:
                 try:
                     self.handles.append((i, self.nv.nvmlDeviceGetHandleByIndex(i)))
                 except self.nv.NVMLError as exc:   # "GPU is lost" and the like: the driver check says so
-                    self.lost = getattr(self, "lost", []) + [f"GPU {i}: {exc}"]
+                    self.lost.append(f"GPU {i}: {exc}")
 
     def call(self, name: str, *args):
         return call(self.nv, name, *args)
@@ -103,10 +103,10 @@ def check_driver(box: Box) -> list:
     cuda = box.driver_cuda()
     found = f"driver {driver}" + (f", supports CUDA up to {_v(cuda)}" if cuda else "") + f", {len(box.handles)} GPU(s)"
     out = [Finding("driver", "ok", found)]
-    for lost in getattr(box, "lost", []):
+    for lost in box.lost:
         out.append(Finding("driver", "fail", f"NVML cannot open {lost}",
                            "look for Xid errors in `sudo dmesg`; reboot, and reseat the card if it stays lost"))
-    if not box.handles and not getattr(box, "lost", []):
+    if not box.handles and not box.lost:
         out[0] = Finding("driver", "fail", found, "the driver sees no GPU: check `lspci | grep -i nvidia`")
     return out
 
@@ -167,6 +167,15 @@ def _compare_cuda(name: str, p: dict, driver) -> Finding:
     return Finding("cuda", "ok", f"{what}; the driver supports up to {_v(driver)}")
 
 
+def _unusable(p: dict) -> str | None:
+    """Why a framework probe has no GPUs to compare (the cuda check reports it), or None."""
+    if not p.get("installed"):
+        return "not installed"
+    if p.get("crashed") or p.get("timed_out"):
+        return "could not be imported (see the cuda line)"
+    return None if p.get("cuda") else "a CPU-only build"
+
+
 def check_framework_gpus(box: Box) -> list:
     """Each framework sees every GPU NVML lists, in PCI order."""
     if box.nv is None:
@@ -178,9 +187,8 @@ def check_framework_gpus(box: Box) -> list:
     out = []
     for name in FRAMEWORKS:
         p = box.probe(name)
-        if not p.get("installed") or p.get("crashed") or p.get("timed_out") or not p.get("cuda"):
-            why = ("not installed" if not p.get("installed") else "a CPU-only build" if p.get("installed")
-                   and not p.get("crashed") and not p.get("timed_out") and not p.get("cuda") else "not importable")
+        why = _unusable(p)
+        if why:
             out.append(Finding("gpus seen", "skip", f"{name}: {why}"))
             continue
         seen = [d.get("pci") for d in p.get("devices", [])]
@@ -322,10 +330,10 @@ def check_nccl(box: Box) -> list:
         return _no_nvml("nccl", box)
     if len(box.handles) < 2:
         return [Finding("nccl", "skip", "one GPU: no all-reduce to test")]
+    why = _unusable(box.probe("torch"))
+    if why:
+        return [Finding("nccl", "skip", f"needs PyTorch with CUDA to run an NCCL all-reduce (torch: {why})")]
     p = box.probe("torch")
-    if not p.get("installed") or not p.get("cuda") or p.get("crashed") or p.get("timed_out"):
-        return [Finding("nccl", "skip", "needs PyTorch with CUDA to run an NCCL all-reduce"
-                        + ("" if p.get("installed") else " (torch is not installed)"))]
     count = len(p.get("devices", []))
     if count < 2:
         return [Finding("nccl", "skip", f"torch sees {count} GPU(s): no all-reduce to test")]

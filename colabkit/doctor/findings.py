@@ -58,7 +58,7 @@ def render_text(findings, title: str | None = None) -> str:
             line += f" -> {f.fix}"
         lines.append(line)
     counts = {s: sum(f.status == s for f in findings) for s in STATUSES}
-    lines.append(", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "ok", "skip")))
+    lines.append(", ".join(f"{counts[s]} {s}" for s in ("fail", "warn", "ok", "skip")) + " (counted per GPU)")
     return "\n".join(lines)
 
 
