@@ -202,6 +202,9 @@ def check_framework_gpus(box: Box) -> list:
                                + (f"; missing {', '.join(missing)}" if missing else "") + note,
                                "look for Xid errors in `sudo dmesg` and check that GPU with "
                                "`nvidia-smi -q -i <bus id>`"))
+        elif len(seen) > len(nvml):
+            out.append(Finding("gpus seen", "warn", f"{name} sees {len(seen)} GPUs, NVML could open only "
+                               f"{len(nvml)}" + note, "see the driver line: a GPU NVML cannot open is unwell"))
         elif not all(seen):
             out.append(Finding("gpus seen", "ok", f"{name} sees all {len(nvml)} GPUs (this version does not report "
                                f"PCI bus ids, so the order is not checked)" + note,
@@ -443,7 +446,8 @@ def run_checks(*, nccl_timeout: float = probes.NCCL_TIMEOUT_S, probe_timeout: fl
     names = [n for n, _ in CHECKS]
     unknown = [s for s in skip if s not in names]
     if unknown:
-        raise ValueError(f"skip={unknown}: unknown check(s); the checks are {', '.join(names)}")
+        raise ValueError(f"unknown check(s) to skip: {', '.join(map(repr, unknown))}; the checks are "
+                         f"{', '.join(names)}")
     box = Box(nccl_timeout=nccl_timeout, probe_timeout=probe_timeout)
     findings = []
     for name, check in CHECKS:

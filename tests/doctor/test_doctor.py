@@ -141,5 +141,34 @@ def test_a_geforce_box_skips_what_it_does_not_report(box):
 
 
 def test_an_unknown_check_to_skip_is_named():
-    with pytest.raises(ValueError, match="'bogus'.*the checks are driver, cuda"):
+    with pytest.raises(ValueError, match="to skip: 'bogus'; the checks are driver, cuda"):
         run_checks(skip=("bogus",))
+
+
+def test_a_failing_nccl_all_reduce_names_its_error_and_the_fix(box):
+    box("doctor_healthy", torch={"version": "2.3.1+cu121", "cuda": "12.1", "nccl": "fail"})
+    (nccl,) = by_check(run_checks(nccl_timeout=30), "nccl")
+    assert nccl.status == "fail" and "all-reduce over 2 GPUs failed: " in nccl.found
+    assert "unhandled system error" in nccl.found
+    assert nccl.fix.startswith("try NCCL_P2P_DISABLE=1") and "NCCL_DEBUG=INFO" in nccl.fix
+
+
+def test_pcie_generation_is_judged_under_load_and_against_the_slot(box):
+    box("doctor_healthy", gpu_changes={
+        0: {"utilization": 95, "processes": [{"pid": 4242, "name": "python", "used_memory": 9000}]},
+        1: {"pcie": {"gen": 3, "max_gen": 3, "gpu_max_gen": 4, "width": 16, "max_width": 16}}})
+    pcie = {f.gpu: f for f in by_check(run_checks(skip=("nccl",)), "pcie")}
+    assert pcie[0].status == "warn" and "below its maximum generation while 95% busy" in pcie[0].found
+    assert pcie[1].status == "warn" and "caps the link at gen 3; the GPU supports gen 4" in pcie[1].found
+
+
+def test_a_lost_gpu_is_a_driver_fail_and_the_rest_is_still_checked(box):
+    box("doctor_healthy", gpu_changes={1: {"lost": True}})
+    findings = run_checks(skip=("nccl",))
+    driver = by_check(findings, "driver")
+    assert [f.status for f in driver] == ["ok", "fail"]
+    assert "NVML cannot open GPU 1: GPU is lost" in driver[1].found and "Xid" in driver[1].fix
+    assert [f.gpu for f in by_check(findings, "pcie")] == [0]
+    assert by_check(findings, "p2p")[0].found == "one GPU: no peer-to-peer to check"
+    assert [f.found for f in by_check(findings, "gpus seen")] == [
+        "torch sees 2 GPUs, NVML could open only 1", "tensorflow sees 2 GPUs, NVML could open only 1"]
