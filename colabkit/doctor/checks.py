@@ -176,6 +176,13 @@ def _unusable(p: dict) -> str | None:
     return None if p.get("cuda") else "a CPU-only build"
 
 
+def _no_gpu_fix(framework: str) -> str:
+    if framework == "tensorflow":   # the pip wheel is a CUDA build that loads CUDA's libraries from pip packages
+        return ('pip install "tensorflow[and-cuda]" (the CUDA libraries it loads); TF_CPP_MIN_LOG_LEVEL=0 '
+                "python -c \"import tensorflow as tf; tf.config.list_physical_devices('GPU')\" names what is missing")
+    return "see the cuda line: a build the driver cannot run sees no GPU; the error above says why"
+
+
 def check_framework_gpus(box: Box) -> list:
     """Each framework sees every GPU NVML lists, in PCI order."""
     if box.nv is None:
@@ -195,7 +202,7 @@ def check_framework_gpus(box: Box) -> list:
         if not seen and nvml:
             out.append(Finding("gpus seen", "fail", f"{name} sees no GPU of the {len(nvml)} NVML lists"
                                + (f": {p['error']}" if p.get("error") else "") + note,
-                               "see the cuda line above; a CUDA build the driver cannot run sees no GPU"))
+                               _no_gpu_fix(name)))
         elif len(seen) < len(nvml):
             missing = [b for b in nvml if b not in seen] if all(seen) else []
             out.append(Finding("gpus seen", "fail", f"{name} sees {len(seen)} of the {len(nvml)} GPUs"

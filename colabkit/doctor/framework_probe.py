@@ -50,7 +50,7 @@ def probe_tensorflow() -> dict:
     for n, name in enumerate(names):
         out["devices"].append({"name": name, "pci": buses[n] if len(buses) == len(names) else None})
     if not gpus:
-        out["error"] = "TensorFlow found no GPU (its log above names the missing CUDA library, if any)"
+        out["error"] = "TensorFlow found no GPU"
     return out
 
 

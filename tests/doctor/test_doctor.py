@@ -172,3 +172,13 @@ def test_a_lost_gpu_is_a_driver_fail_and_the_rest_is_still_checked(box):
     assert by_check(findings, "p2p")[0].found == "one GPU: no peer-to-peer to check"
     assert [f.found for f in by_check(findings, "gpus seen")] == [
         "torch sees 2 GPUs, NVML could open only 1", "tensorflow sees 2 GPUs, NVML could open only 1"]
+
+
+@pytest.mark.slow
+def test_the_probe_reads_the_real_pytorch_here():
+    """The probe script against the PyTorch installed here (a CPU build in CI): the real attribute names."""
+    torch = pytest.importorskip("torch")
+    from colabkit.doctor.probes import probe_framework
+    found = probe_framework("torch")
+    assert found["installed"] and found["version"] == torch.__version__ and found["cuda"] == torch.version.cuda
+    assert found["devices"] == [] or all("name" in d and "pci" in d for d in found["devices"])
