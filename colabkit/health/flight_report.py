@@ -185,7 +185,8 @@ def _gpu_phrase(gpus: list, period: float) -> str:
         return ""
     at = f"GPU {g['index']} was at {temp:.0f} C"
     if g["thermal_for_s"] is not None:
-        span = "at the last sample" if g["thermal_for_s"] < period else f"for the last {format_duration(g['thermal_for_s'])}"
+        span = ("at the last sample" if g["thermal_for_s"] < period
+                else f"for the last {format_duration(g['thermal_for_s'])}")
         return f"{at} in thermal slowdown {span}"
     if g["power_capped_for_s"] is not None and g["power"]["last"] is not None:
         return f"{at}, held at its power limit ({g['power']['last']:.0f} W)"

@@ -3,10 +3,10 @@ psutil, read by a background thread.
 
 Per GPU, each sample holds utilization (the driver's own buffered samples from ``nvmlDeviceGetSamples`` where the
 driver has it, else ``nvmlDeviceGetUtilizationRates``: % of time a kernel ran over the driver's sample period),
-memory used, temperature, power draw and limit, SM and memory clocks, and the clock-event (throttle) reasons; the cumulative throttled
-time comes from ``nvmlDeviceGetViolationStatus`` (thermal and power policies) and the temperature thresholds
-(slowdown, shutdown, GPU max) are read once. Every call may raise NVMLError_NotSupported on some boards
-(GeForce, MIG, old drivers): such a field is None, never a failure.
+memory used, temperature, power draw and limit, SM and memory clocks, and the clock-event (throttle) reasons;
+the cumulative throttled time comes from ``nvmlDeviceGetViolationStatus`` (thermal and power policies) and the
+temperature thresholds (slowdown, shutdown, GPU max) are read once. Every call may raise NVMLError_NotSupported on
+some boards (GeForce, MIG, old drivers): such a field is None, never a failure.
 
 Which GPUs: those this process can see (CUDA_VISIBLE_DEVICES by index under PCI_BUS_ID order, or by UUID),
 else all. Host: system CPU %, RAM % and this process's resident memory.
