@@ -20,7 +20,6 @@ from pathlib import Path
 from ..units import format_duration
 from .flight_ring import RingFormatError, read_records
 from .recorder import boot_id, ring_path
-from .sampler import REASONS
 
 THERMAL_BITS = 0x20 | 0x40        # sw/hw thermal slowdown
 POWER_BITS = 0x4 | 0x80           # sw power cap, hw power brake
@@ -49,11 +48,15 @@ def writer_alive(path: Path) -> bool:
 
 
 def _sessions(records: list) -> list[list]:
+    """The records grouped by recording, each list headed by its start record or, where the ring's wrap has
+    overwritten that, by the first repeat of its facts (an "info" record; samples before it are dropped)."""
     out = []
     for r in records:
-        if r.get("k") == "start":
+        kind = r.get("k")
+        if kind == "start" or (kind == "info" and (not out or (out[-1][0].get("pid"), out[-1][0].get("started"))
+                                                   != (r.get("pid"), r.get("started")))):
             out.append([r])
-        elif out:
+        elif out and kind != "info":
             out[-1].append(r)
     return out
 
@@ -81,6 +84,7 @@ def _stat(values: list, peak=max) -> dict:
 
 
 def _gpu_summary(index: int, meta: dict, samples: list, period: float) -> dict:
+    from .sampler import REASONS   # (NVML's binding module loads with it: not at %load_ext)
     rows = [(s["t"], next(g for g in s["g"] if g[0] == index)) for s in samples
             if any(g[0] == index for g in s.get("g", []))]
     col = [[row[k] for _, row in rows] for k in range(9)]
@@ -126,11 +130,13 @@ def last_recording(minutes: float = 10.0, path=None, kernel_log: bool = True) ->
     this_boot = boot_id()
     live = writer_alive(path)
     for older in sessions[-6:-1]:
-        report["earlier"].append({"started": older[0]["t"], "ended": older[-1]["t"], "pid": older[0].get("pid"),
+        report["earlier"].append({"started": older[0].get("started", older[0]["t"]), "ended": older[-1]["t"],
+                                  "pid": older[0].get("pid"),
                                   "state": _end_state(older, False),
                                   "rebooted_since": older[0].get("boot_id") != this_boot})
     session = sessions[-1]
     start, last = session[0], session[-1]
+    started = start.get("started", start["t"])
     rebooted = bool(start.get("boot_id") and this_boot and start["boot_id"] != this_boot)
     state = _end_state(session, live and not rebooted)
     samples = [r for r in session if r.get("k") == "s"]
@@ -138,7 +144,7 @@ def last_recording(minutes: float = 10.0, path=None, kernel_log: bool = True) ->
     period = float(start.get("sample_every") or 2.0)
     metas = {g["index"]: g for g in start.get("gpus", [])}
     report.update(state=state, rebooted_since=rebooted, host_name=start.get("host"), boot_id=start.get("boot_id"),
-                  pid=start.get("pid"), started=start["t"], last_record=last["t"], ago_s=now - last["t"],
+                  pid=start.get("pid"), started=started, last_record=last["t"], ago_s=now - last["t"],
                   samples=len(window), sample_every=period, note=start.get("note") or "")
     report["gpus"] = [_gpu_summary(i, metas[i], window, period) for i in sorted(metas)]
     host = [s.get("h") or [None] * 3 for s in window]
@@ -146,7 +152,7 @@ def last_recording(minutes: float = 10.0, path=None, kernel_log: bool = True) ->
                       "ram_percent": _stat([h[2] for h in host])}
     if kernel_log:
         from .kernel_log import scan
-        report["kernel_log"] = scan(start["t"] - 60, now if state == "recording" else last["t"] + 600)
+        report["kernel_log"] = scan(started - 60, now if state == "recording" else last["t"] + 600)
     report["verdict"] = verdict(report)
     return report
 

@@ -34,6 +34,7 @@ from .flight_ring import MIN_CAPACITY, RingWriter
 log = logging.getLogger("colabkit")
 
 RETRY_LOCK_EVERY = 30.0
+INFO_EVERY = 300          # samples between repeats of the start record's facts (the wrap overwrites the start)
 RING_NAME = "flight.ring"
 _CPU_SENSORS = ("coretemp", "k10temp", "zenpower", "cpu_thermal", "cpu-thermal")
 _CPU_ZONES = ("x86_pkg_temp", "cpu-thermal", "cpu_thermal", "soc_thermal", "acpitz")
@@ -219,10 +220,14 @@ class FlightRecorder:
         writer.set_info({**info, "state": "recording"})
         gpus = [{"index": g.index, "name": g.name, **{k: v for k, v in g.thresholds.items() if v is not None}}
                 for g in sampler.gpus]
-        writer.append({"k": "start", "t": round(started, 3), **info, "gpus": gpus, "note": sampler.note})
+        facts = {**info, "gpus": gpus, "note": sampler.note}
+        writer.append({"k": "start", "t": round(started, 3), **facts})
         writer.sync()
-        self.recording, last_sync = True, time.monotonic()
+        self.recording, last_sync, count = True, time.monotonic(), 0
         while True:
+            count += 1
+            if count % INFO_EVERY == 0:
+                writer.append({"k": "info", "t": round(time.time(), 3), **facts})
             sampler.sample()
             samples = [q[-1] for q in sampler.gpu_history.values() if q]
             writer.append({"k": "s", "t": round(time.time(), 3), "g": [gpu_reading(s) for s in samples],
