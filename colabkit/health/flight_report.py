@@ -84,15 +84,16 @@ def _stat(values: list, peak=max) -> dict:
 
 
 def _gpu_summary(index: int, meta: dict, samples: list, period: float) -> dict:
+    """One GPU's last, peak (clocks: lowest) values and throttling in ``samples``."""
     from .sampler import REASONS   # (NVML's binding module loads with it: not at %load_ext)
     rows = [(s["t"], next(g for g in s["g"] if g[0] == index)) for s in samples
             if any(g[0] == index for g in s.get("g", []))]
     col = [[row[k] for _, row in rows] for k in range(9)]
-    seen = {}
-    for _, row in rows:
+    seen = {}     # seconds from a sample with the reason to the next sample (the last one: not counted)
+    for (t, row), (t_next, _) in zip(rows, rows[1:]):
         for bit, name in REASONS.items():
             if (row[8] or 0) & bit:
-                seen[name] = seen.get(name, 0.0) + period
+                seen[name] = seen.get(name, 0.0) + min(t_next - t, 3 * period)
     last = rows[-1][1] if rows else [None] * 9
     return {"index": index, "name": meta.get("name", f"GPU {index}"), "samples": len(rows),
             "temperature": _stat(col[1]), "power": _stat(col[2]),

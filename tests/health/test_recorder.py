@@ -186,7 +186,7 @@ def test_a_recording_from_an_earlier_boot_says_the_machine_rebooted(tmp_path):
     assert report["state"] == "abrupt" and report["rebooted_since"] is True
     assert "and the machine has rebooted since: GPU 0 was at 91 C in thermal slowdown for the last 3m 59s" \
         in report["verdict"]
-    assert report["gpus"][0]["reasons_seen_s"] == {"sw_thermal_slowdown": 240.0, "hw_thermal_slowdown": 240.0}
+    assert report["gpus"][0]["reasons_seen_s"] == {"sw_thermal_slowdown": 239.0, "hw_thermal_slowdown": 239.0}
     assert report["host"]["ram_percent"] == {"last": 84.0, "peak": 84.0}
 
 

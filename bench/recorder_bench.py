@@ -1,0 +1,106 @@
+"""What the flight recorder costs: per training step, and in disk writes per hour.
+
+1. A tight loop of small numpy steps (a 192x192 matmul, ~0.3 ms) timed without and with a recorder running at the
+   default period (one sample per 2 s, fdatasync every 5 s), in alternating rounds of the same run; the ratio of
+   the medians. The recorder's thread takes the GIL for one sample every 2 s, so its cost per step is that
+   sample's time spread over the steps of 2 s.
+2. The CPU time of one sample (NVML reads, /sys and /proc reads, one record appended), over many samples.
+3. Disk writes: record bytes per hour at the default period, and what the kernel wrote for this process
+   (/proc/self/io write_bytes, which counts whole pages at each fdatasync) over a recording of ``--seconds``,
+   scaled to an hour.
+
+    python bench/recorder_bench.py [--rounds 6] [--steps 4000] [--seconds 60] [--gpus hot_rig]
+
+``--gpus SCENARIO`` samples the GPU stand-in (tests/standins/gpu/scenarios/SCENARIO.json) where the machine has
+no NVIDIA driver; ``--gpus real`` uses nvidia-ml-py and the machine's GPUs. Not a test: nothing fails on speed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def _io_written() -> int | None:
+    try:
+        with open("/proc/self/io") as fh:
+            for line in fh:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--gpus", default="hot_rig")
+    args = parser.parse_args()
+    if args.gpus != "real":
+        sys.path.insert(0, str(REPO / "tests" / "standins" / "gpu"))
+        os.environ["COLABKIT_TEST_GPUS"] = str(REPO / "tests" / "standins" / "gpu" / "scenarios" / f"{args.gpus}.json")
+    import numpy as np
+
+    from colabkit.health.flight_ring import encode
+    from colabkit.health.recorder import FlightRecorder, cpu_sensor, gpu_reading, host_reading
+    from colabkit.health.sampler import Sampler
+
+    folder = Path(tempfile.mkdtemp(prefix="flight-bench-"))
+    a = np.random.default_rng(0).random((192, 192), dtype=np.float32)
+
+    def loop() -> float:
+        t = time.perf_counter()
+        for _ in range(args.steps):
+            a @ a
+        return (time.perf_counter() - t) / args.steps
+
+    loop()
+    bare, recorded = [], []
+    for r in range(args.rounds):
+        bare.append(loop())
+        rec = FlightRecorder(folder / f"round{r}.ring").start()
+        while not rec.recording:
+            time.sleep(0.01)
+        recorded.append(loop())
+        rec.stop()
+    step_bare, step_rec = statistics.median(bare), statistics.median(recorded)
+
+    sampler, sensor = Sampler(history=2), cpu_sensor()
+    n, c = 300, time.process_time()
+    for i in range(n):
+        sampler.sample()
+        encode(i, {"k": "s", "t": time.time(), "g": [gpu_reading(q[-1]) for q in sampler.gpu_history.values()],
+                   "h": host_reading(sensor)})
+    sample_cpu = (time.process_time() - c) / n
+
+    before = _io_written()
+    rec = FlightRecorder(folder / "disk.ring").start()    # the defaults: 2 s samples, 5 s syncs
+    time.sleep(args.seconds)
+    rec.stop()
+    after = _io_written()
+    per_record = rec.bytes_written / max(1, args.seconds / 2.0)
+    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}; GPUs: {args.gpus} ({len(sampler.gpus)} seen)")
+    print(f"step without recorder: {step_bare * 1e6:.1f} us (median of {args.rounds} rounds of {args.steps})")
+    print(f"step with recorder:    {step_rec * 1e6:.1f} us  -> ratio {step_rec / step_bare:.4f}")
+    print(f"one sample (NVML reads, host reads, the record encoded), CPU: {sample_cpu * 1e3:.2f} ms -> "
+          f"{sample_cpu / 2.0 * 100:.3f}% of one core at one sample per 2 s")
+    print(f"record bytes: {per_record:.0f} per sample, {per_record * 1800 / 1024:.0f} KiB per hour")
+    if before is not None and after is not None:
+        print(f"kernel write_bytes over {args.seconds:.0f} s: {after - before} -> "
+              f"{(after - before) * 3600 / args.seconds / 2 ** 20:.1f} MiB per hour ({rec.syncs} syncs)")
+
+
+if __name__ == "__main__":
+    main()
