@@ -163,7 +163,8 @@ FIELDS = (
     _Field("flight_sync_every", _duration, 5.0, DURATION_FORMS,
            "How often the flight recorder's samples are forced to disk (what a power loss can lose at most)."),
     _Field("flight_ring_size", _size, 4 * 2 ** 20, 'a size such as "4MiB" (at least 64KiB)',
-           "The flight recorder's file size; it never grows (4 MiB: about 15 hours with one GPU)."),
+           "The flight recorder's file size; it never grows (4 MiB: about 12 hours with two GPUs). A new size "
+           "starts a new file."),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 

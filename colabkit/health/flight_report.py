@@ -146,7 +146,8 @@ def last_recording(minutes: float = 10.0, path=None, kernel_log: bool = True) ->
     metas = {g["index"]: g for g in start.get("gpus", [])}
     report.update(state=state, rebooted_since=rebooted, host_name=start.get("host"), boot_id=start.get("boot_id"),
                   pid=start.get("pid"), started=started, last_record=last["t"], ago_s=now - last["t"],
-                  samples=len(window), sample_every=period, note=start.get("note") or "")
+                  samples=len(window), sample_every=period, note=start.get("note") or "",
+                  recorder_error=last.get("error") if last.get("k") == "stop" else None)
     report["gpus"] = [_gpu_summary(i, metas[i], window, period) for i in sorted(metas)]
     host = [s.get("h") or [None] * 3 for s in window]
     report["host"] = {"cpu_temperature": _stat([h[0] for h in host]), "load1": _stat([h[1] for h in host]),
@@ -163,7 +164,9 @@ def verdict(report: dict) -> str:
     if report["state"] in ("none", "unreadable"):
         return report["verdict"]
     when, ago = _clock(report["last_record"]), format_duration(report["ago_s"])
-    if report["state"] == "clean":
+    if report["state"] == "clean" and report.get("recorder_error"):
+        head = f"the last recording ended at {when}, {ago} ago, when the recorder failed ({report['recorder_error']})"
+    elif report["state"] == "clean":
         head = f"the last recording ended cleanly at {when}, {ago} ago"
     elif report["state"] == "recording":
         head = f"recording now (pid {report['pid']}, since {_clock(report['started'])})"

@@ -8,7 +8,7 @@ Every ``flight_sample_every`` (2 s) one record holds, per GPU, temperature, powe
 clock-event (throttle) reasons, memory used/total and utilization (NVML, through colabkit.health.sampler), and
 for the host the CPU temperature where /sys has it, the 1-minute load average and RAM used %. Records are
 flushed to disk (fdatasync) every ``flight_sync_every`` (5 s): a power loss loses at most that much. The file
-(flight_ring.py) is ``flight_ring_size`` (4 MiB, about 15 hours at one GPU) and never grows.
+(flight_ring.py) is ``flight_ring_size`` (4 MiB: about 12 hours with two GPUs) and never grows.
 
 One ring per machine and user, ``<cache_dir>/flight/flight.ring``, and one recording process at a time: the
 telemetry is the machine's, not a process's, so a second trainer recording it too would only halve how far back
@@ -20,6 +20,7 @@ freeze or a power loss. Recording never raises into training: a failure is logge
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import glob
 import logging
@@ -223,7 +224,19 @@ class FlightRecorder:
         facts = {**info, "gpus": gpus, "note": sampler.note}
         writer.append({"k": "start", "t": round(started, 3), **facts})
         writer.sync()
-        self.recording, last_sync, count = True, time.monotonic(), 0
+        self.recording = True
+        try:
+            self._loop(writer, sampler, sensor, info, facts)
+        except Exception as exc:
+            # the end is the recorder's own, not the machine's: say so in the ring, where it still takes records
+            with contextlib.suppress(Exception):
+                writer.append({"k": "stop", "t": round(time.time(), 3), "pid": self.pid, "error": str(exc)[:300]})
+                writer.set_info({**info, "state": "stopped"})
+                writer.sync()
+            raise
+
+    def _loop(self, writer: RingWriter, sampler, sensor, info: dict, facts: dict) -> None:
+        last_sync, count = time.monotonic(), 0
         while True:
             count += 1
             if count % INFO_EVERY == 0:
@@ -233,7 +246,8 @@ class FlightRecorder:
             writer.append({"k": "s", "t": round(time.time(), 3), "g": [gpu_reading(s) for s in samples],
                            "h": host_reading(sensor)})
             stopping = self._stop.wait(self.sample_every)
-            if stopping or time.monotonic() - last_sync >= self.sync_every:
+            # synced now unless the next sample still comes within sync_every of the last sync
+            if stopping or time.monotonic() - last_sync + self.sample_every > self.sync_every:
                 if stopping:
                     writer.append({"k": "stop", "t": round(time.time(), 3), "pid": self.pid})
                     writer.set_info({**info, "state": "stopped"})
