@@ -204,3 +204,36 @@ def test_load_ext_shows_an_abrupt_end_once(tmp_path):
 def test_load_ext_says_nothing_after_a_clean_end(tmp_path):
     _ring(ring_path(), 30, stop=True)
     assert "flight recorder" not in run_shell(["%load_ext colabkit"])[1]["stdout"]
+
+
+@pytest.mark.slow
+def test_a_torch_autoresume_loop_records_while_it_trains(recording_env, tmp_path):
+    pytest.importorskip("torch")
+    script = textwrap.dedent(f"""
+        import time, torch
+        import colabkit
+        from colabkit.health.flight_ring import read_records
+        from colabkit.health.recorder import ring_path
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 4)), batch_size=4)
+        ar = colabkit.torch.AutoResume({str(tmp_path / "run")!r}, model=model, opt=opt)
+        for epoch in ar.epochs(1):
+            for (x,) in ar.batches(loader):
+                opt.zero_grad(); model(x).sum().backward(); opt.step()
+            def sampled():
+                try:
+                    return any(r.get("k") == "s" for r in read_records(ring_path())[1])
+                except (OSError, ValueError):   # not there yet, or its header not written yet
+                    return False
+            deadline = time.monotonic() + 60
+            while not sampled() and time.monotonic() < deadline:
+                time.sleep(0.05)   # training still runs: its first sample is on disk
+        ar.close()
+        print("trained", flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert "trained" in done.stdout, done.stderr[-3000:]
+    report = last_recording(kernel_log=False)
+    assert report["state"] == "clean" and report["samples"] >= 1
+    assert [g["name"] for g in report["gpus"]] == ["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090"]
