@@ -103,7 +103,35 @@ def _gpu_summary(index: int, meta: dict, samples: list, period: float) -> dict:
             "reasons_seen_s": {k: round(v, 1) for k, v in seen.items()},
             "thermal_for_s": _streak(samples, index, THERMAL_BITS),
             "power_capped_for_s": _streak(samples, index, POWER_BITS),
-            "thresholds": {k: meta[k] for k in ("slowdown", "shutdown", "gpu_max") if meta.get(k) is not None}}
+            "thresholds": {k: meta[k] for k in ("slowdown", "shutdown", "gpu_max") if meta.get(k) is not None},
+            "trend": {"temperature": _trend(col[1]), "power": _trend(col[2])}}
+
+
+TREND_POINTS = 30
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def _trend(values: list) -> list:
+    """At most TREND_POINTS values: the highest of each equal slice of ``values`` (None: no reading)."""
+    if len(values) <= TREND_POINTS:
+        return list(values)
+    out = []
+    for i in range(TREND_POINTS):
+        part = [v for v in values[i * len(values) // TREND_POINTS:(i + 1) * len(values) // TREND_POINTS]
+                if v is not None]
+        out.append(max(part) if part else None)
+    return out
+
+
+def sparkline(values: list, low: float | None = None, high: float | None = None) -> str:
+    """The values as a line of block characters (a space where there was no reading)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return ""
+    low = min(known) if low is None else low
+    high = max(known) if high is None else high
+    span = (high - low) or 1.0
+    return "".join(" " if v is None else _BLOCKS[min(7, max(0, int((v - low) / span * 7.999)))] for v in values)
 
 
 def last_recording(minutes: float = 10.0, path=None, kernel_log: bool = True) -> dict:
@@ -294,5 +322,13 @@ def abrupt_notice(path=None) -> str | None:
         shown.write_text(key + "\n")
     except OSError:
         pass
-    return (f"colabkit flight recorder: {report['verdict']}.\n"
-            f"  What the machine looked like before, and the kernel log: colabkit health --last")
+    lines = [f"colabkit flight recorder: {report['verdict']}."]
+    for g in report["gpus"]:
+        temps = g["trend"]["temperature"]
+        if any(v is not None for v in temps):
+            # one scale for every GPU (30-100 C), so that a hot GPU looks hot next to a cool one
+            lines.append(f"  GPU {g['index']} temperature, last {report['minutes']:g} min: "
+                         f"{sparkline(temps, low=30.0, high=100.0)} {g['temperature']['last']:.0f} C "
+                         f"(peak {g['temperature']['peak']:.0f} C)")
+    lines.append("  What the machine looked like before, and the kernel log: colabkit health --last")
+    return "\n".join(lines)

@@ -196,6 +196,9 @@ def test_load_ext_shows_an_abrupt_end_once(tmp_path):
     assert "colabkit flight recorder: the recording stopped without a clean end" in first[1]["stdout"]
     assert "and the machine has rebooted since" in first[1]["stdout"]
     assert "colabkit health --last" in first[1]["stdout"]
+    # the last 5 minutes' temperatures as a line of blocks: 70 C, then the 4 hot minutes at 91 C
+    assert "GPU 0 temperature, last 5 min: \u2585\u2585\u2585\u2585\u2585\u2585\u2587\u2587" in first[1]["stdout"]
+    assert "91 C (peak 91 C)" in first[1]["stdout"]
     assert "flight recorder" not in first[2]["stdout"]
     later = run_shell(["%load_ext colabkit"])          # the next session: already shown
     assert "flight recorder" not in later[1]["stdout"]
