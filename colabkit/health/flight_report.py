@@ -322,7 +322,7 @@ def abrupt_notice(path=None) -> str | None:
         shown.write_text(key + "\n")
     except OSError:
         pass
-    lines = [f"colabkit flight recorder: {report['verdict']}."]
+    lines = [f"colabkit: flight recorder: {report['verdict']}."]
     for g in report["gpus"]:
         temps = g["trend"]["temperature"]
         if any(v is not None for v in temps):

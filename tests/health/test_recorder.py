@@ -193,7 +193,7 @@ def test_a_recording_from_an_earlier_boot_says_the_machine_rebooted(tmp_path):
 def test_load_ext_shows_an_abrupt_end_once(tmp_path):
     _ring(ring_path(), 300, boot="00000000-0000-4000-8000-000000000000")
     first = run_shell(["%load_ext colabkit", "%reload_ext colabkit"])
-    assert "colabkit flight recorder: the recording stopped without a clean end" in first[1]["stdout"]
+    assert "colabkit: flight recorder: the recording stopped without a clean end" in first[1]["stdout"]
     assert "and the machine has rebooted since" in first[1]["stdout"]
     assert "colabkit health --last" in first[1]["stdout"]
     # the last 5 minutes' temperatures as a line of blocks: 70 C, then the 4 hot minutes at 91 C
