@@ -86,6 +86,19 @@ def load_ipython_extension(ipython):
     magics.load(ipython)
     from . import gpu_magics
     gpu_magics.load(ipython)
+    _show_flight_notice()
+
+
+def _show_flight_notice() -> None:
+    """Once after a freeze, kill or reset: the flight recorder's verdict on how the last recording ended (reads
+    a small file; no NVML)."""
+    try:
+        from .health.flight_report import abrupt_notice
+        notice = abrupt_notice()
+    except Exception:  # noqa: BLE001 - a damaged file or setting must not stop %load_ext
+        notice = None
+    if notice:
+        print(notice)
 
 
 def unload_ipython_extension(ipython):

@@ -42,6 +42,15 @@ def _cmd_gpus(args) -> int:
     return 0
 
 
+def _cmd_health(args) -> int:
+    import json
+
+    from .health.flight_report import last_recording, text
+    report = last_recording(minutes=args.minutes)
+    print(json.dumps(report, indent=2, default=str) if args.json else text(report))
+    return 0
+
+
 def _cmd_run(args) -> int:
     from .jobs.cli import main_from_args
     return main_from_args(args)
@@ -189,6 +198,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gpus", help="list the GPUs: memory, utilization, temperature, processes, MIG instances")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=_cmd_gpus)
+
+    p = sub.add_parser("health", help="after a freeze or a reset: what the machine looked like in the last minutes "
+                                      "of the flight recorder's newest recording",
+                       description="Reads the flight recorder's ring file (cache_dir/flight/flight.ring, written "
+                                   "while trainings run): whether the newest recording ended cleanly, was killed or "
+                                   "ended in a freeze or reboot; per GPU the last and peak temperature, power, "
+                                   "clocks, throttle reasons and memory; host CPU temperature, load and RAM; and "
+                                   "the kernel log's Xid, thermal, OOM and lockup lines for that time.")
+    p.add_argument("--last", action="store_true", help="the newest recording (the default, and so far the only view)")
+    p.add_argument("--minutes", type=float, default=10.0, help="how much of its end to summarize (default 10)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=_cmd_health)
 
     p = sub.add_parser("drive", help="sign in to Google Drive's API (for gdrive:// locations) and check it")
     drive_sub = p.add_subparsers(dest="drive_command", metavar="ACTION", required=True)

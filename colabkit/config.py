@@ -155,6 +155,16 @@ FIELDS = (
     _Field("drive_credentials", _path_or_auto, AUTO, 'a file path, or "auto"',
            "Drive API credentials (a service-account key, or tokens saved by `colabkit drive login`; kept 0600). "
            "auto: drive-credentials.json next to the config file."),
+    # the flight recorder (colabkit/health/recorder.py, `colabkit health --last`)
+    _Field("flight_recorder", _bool, True, "true or false",
+           "While training runs, record GPU temperatures, power, clocks, throttling and host load into a small "
+           "ring file under cache_dir/flight, read back after a freeze by `colabkit health --last`."),
+    _Field("flight_sample_every", _duration, 2.0, DURATION_FORMS, "How often the flight recorder takes a sample."),
+    _Field("flight_sync_every", _duration, 5.0, DURATION_FORMS,
+           "How often the flight recorder's samples are forced to disk (what a power loss can lose at most)."),
+    _Field("flight_ring_size", _size, 4 * 2 ** 20, 'a size such as "4MiB" (at least 64KiB)',
+           "The flight recorder's file size; it never grows (4 MiB: about 12 hours with two GPUs). A new size "
+           "starts a new file."),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 
@@ -177,6 +187,10 @@ class Settings:
     small_state_mb: float = 16.0
     gpu_claims: Any = AUTO
     gpu_foreign_memory: int = 256 * 2 ** 20
+    flight_recorder: bool = True
+    flight_sample_every: float = 2.0
+    flight_sync_every: float = 5.0
+    flight_ring_size: int = 4 * 2 ** 20
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir

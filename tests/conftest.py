@@ -41,6 +41,8 @@ def isolated_env(tmp_path_factory, monkeypatch):
     for name in list(os.environ):
         if name.startswith("COLABKIT_") or name in _PLATFORM_VARS:
             monkeypatch.delenv(name)
+    # the trainings of other tests leave no flight-recorder thread behind (tests/health/test_recorder.py turns it on)
+    monkeypatch.setenv("COLABKIT_FLIGHT_RECORDER", "false")
     _prepend_pythonpath(monkeypatch, REPO_ROOT)
     import colabkit.runtime
     monkeypatch.setattr(colabkit.runtime, "COLAB_MARKER", base / "no-colab-marker")

@@ -15,7 +15,8 @@ def write_config(text: str, path: Path = None) -> Path:
     return path
 
 
-def test_defaults_without_file_or_env():
+def test_defaults_without_file_or_env(monkeypatch):
+    monkeypatch.delenv("COLABKIT_FLIGHT_RECORDER")   # set off by tests/conftest.py for the other tests
     settings = load()
     assert settings.drive_root == AUTO
     assert settings.runtime_cap == AUTO

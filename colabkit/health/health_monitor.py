@@ -151,6 +151,8 @@ class HealthMonitor:
         _live[:] = [r for r in _live if r() is not None and r() is not self] + [weakref.ref(self)]
         self._thread = threading.Thread(target=self._run, name="colabkit-health", daemon=True)
         self._thread.start()
+        from .recorder import ensure_recording
+        ensure_recording()    # the flight recorder (colabkit health --last after a freeze)
         return self
 
     def stop(self) -> None:

@@ -3,10 +3,10 @@ psutil, read by a background thread.
 
 Per GPU, each sample holds utilization (the driver's own buffered samples from ``nvmlDeviceGetSamples`` where the
 driver has it, else ``nvmlDeviceGetUtilizationRates``: % of time a kernel ran over the driver's sample period),
-memory used, temperature, power draw and limit, and the clock-event (throttle) reasons; the cumulative throttled
-time comes from ``nvmlDeviceGetViolationStatus`` (thermal and power policies) and the temperature thresholds
-(slowdown, shutdown, GPU max) are read once. Every call may raise NVMLError_NotSupported on some boards
-(GeForce, MIG, old drivers): such a field is None, never a failure.
+memory used, temperature, power draw and limit, SM and memory clocks, and the clock-event (throttle) reasons;
+the cumulative throttled time comes from ``nvmlDeviceGetViolationStatus`` (thermal and power policies) and the
+temperature thresholds (slowdown, shutdown, GPU max) are read once. Every call may raise NVMLError_NotSupported on
+some boards (GeForce, MIG, old drivers): such a field is None, never a failure.
 
 Which GPUs: those this process can see (CUDA_VISIBLE_DEVICES by index under PCI_BUS_ID order, or by UUID),
 else all. Host: system CPU %, RAM % and this process's resident memory.
@@ -43,6 +43,9 @@ class GpuSample:
     power: float | None            # W
     power_limit: float | None
     reasons: tuple = ()            # active throttle reasons (names), idle and settings bits left out
+    sm_clock: float | None = None       # MHz (nvmlDeviceGetClockInfo, NVML_CLOCK_SM)
+    memory_clock: float | None = None   # MHz (NVML_CLOCK_MEM)
+    reason_bits: int = 0           # the same reasons as REASONS bits (compact, for the flight recorder)
 
 
 @dataclasses.dataclass
@@ -114,12 +117,19 @@ class _Gpu:
         if bits is None:
             bits = call(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
         reasons = tuple(name for bit, name in REASONS.items() if bits and bits & bit)
+        sm_clock = memory_clock = None
+        if hasattr(nv, "NVML_CLOCK_SM"):
+            sm_clock = call(nv, "nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM)
+            memory_clock = call(nv, "nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM)
         return GpuSample(t=time.time(), index=self.index, utilization=self.utilization(),
                          memory_used=None if mem is None else float(mem.used),
                          memory_total=None if mem is None else float(mem.total),
                          temperature=None if temp is None else float(temp),
                          power=None if power is None else power / 1000.0,
-                         power_limit=None if limit is None else limit / 1000.0, reasons=reasons)
+                         power_limit=None if limit is None else limit / 1000.0, reasons=reasons,
+                         sm_clock=None if sm_clock is None else float(sm_clock),
+                         memory_clock=None if memory_clock is None else float(memory_clock),
+                         reason_bits=sum(bit for bit in REASONS if bits and bits & bit))
 
 
 class Sampler:

@@ -71,6 +71,7 @@ from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..checkpoints.folder import InvalidCheckpoint  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
+from ..health.recorder import ensure_recording  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -254,6 +255,7 @@ class AccelerateResume(RunAttributes):
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._loop_frame = sys._getframe(1)   # the frame running ``for epoch in ar.epochs(n)``
         self._signals.install()
+        ensure_recording()    # the flight recorder (colabkit health --last after a freeze)
         try:
             self._claim()
             while self.epoch < n:

@@ -27,6 +27,7 @@ require("accelerate", "hf", "colabkit.hf.AutoResume")   # the Trainer needs it; 
 from .. import mounts  # noqa: E402
 from ..checkpoints.api import Checkpoints  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
+from ..health.recorder import ensure_recording  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -159,6 +160,7 @@ class AutoResume(transformers.TrainerCallback, RunAttributes):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._wired = True
+        ensure_recording()    # the flight recorder (colabkit health --last after a freeze)
         self._rank = args.process_index
         self.record.quiet = not state.is_world_process_zero
         trainer = self._find_trainer()

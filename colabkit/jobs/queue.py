@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from collections.abc import Callable, Sequence
 
+from ..health.recorder import ensure_recording
 from . import process
 from .slots import Slot, claim_request, plan_slots
 from .spec import JobError, JobState, RunReport, display_path, prepare_jobs
@@ -258,6 +259,7 @@ class Runner:
     def run(self) -> RunReport:
         """Run the queue until every job ended or it was stopped; prints the report table and returns it."""
         handlers = self._install_handlers()
+        ensure_recording()    # the flight recorder, for the whole queue (colabkit health --last after a freeze)
         try:
             self.refresh()
             self._loop()

@@ -42,6 +42,7 @@ from ..checkpoints.api import Checkpoints  # noqa: E402
 from ..checkpoints.buffers import total_nbytes  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
+from ..health.recorder import ensure_recording  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -233,6 +234,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             self._checkpoints_closed = False
         self._reset_run_state()
         self._running = True
+        ensure_recording()    # the flight recorder (colabkit health --last after a freeze)
         self._vars.forget()
         if not self.model.built and not _parts_hold_everything(self.model):
             raise ValueError("To use the AutoResume callback, your model must be built before you call `fit()`. "

@@ -39,6 +39,7 @@ torch = require("torch", "torch", "colabkit.torch.AutoResume")
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
+from ..health.recorder import ensure_recording  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -209,6 +210,7 @@ class AutoResume(RunAttributes):
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._loop_frame = sys._getframe(1)   # the frame running ``for epoch in ar.epochs(n)``
         self._install_signal_handlers()
+        ensure_recording()    # the flight recorder (colabkit health --last after a freeze)
         try:
             if self._rank == 0:
                 self.checkpoints.claim()

@@ -39,6 +39,7 @@ from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..checkpoints.destinations import resolve_destination  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
+from ..health.recorder import ensure_recording  # noqa: E402
 from .checks import check_generators, check_optimizer_state, check_rng, check_schedule  # noqa: E402
 from .loader import generators_of, set_generators  # noqa: E402
 from .state import (  # noqa: E402
@@ -383,6 +384,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         _check_storable_before_training(trainer, pl_module)
 
     def on_train_start(self, trainer, pl_module):
+        ensure_recording()    # the flight recorder (colabkit health --last after a freeze)
         self.stopped_for, self._interrupt = None, None
         self._since_save, self._last_save_time = 0, time.time()
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
