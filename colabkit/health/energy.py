@@ -177,7 +177,6 @@ class EnergyMeter:
         self._lock = threading.Lock()   # the monitor's thread and report() both sample
 
     def start(self) -> EnergyMeter:
-        self.started = time.time()
         handles = self._gpu_request
         if handles is None or handles:
             try:
@@ -190,6 +189,7 @@ class EnergyMeter:
                 self.note = f"no GPU energy: {exc}"
         if self._want_cpu:
             self.rapl = Rapl()
+        self.started = time.time()    # after the first counter reads: the span they cover
         self.sample()
         return self
 
@@ -204,11 +204,11 @@ class EnergyMeter:
         for g in self.gpus:
             try:
                 g.sample(now, self.own_pids)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.debug("colabkit: energy sample of GPU %s failed", g.index, exc_info=True)
         if self.rapl is not None and self.rapl.available:
             self.add_cpu(self.rapl.sample() * cpu_share, estimate=cpu_share < 1)
-        self.ended = now
+        self.ended = time.time()
 
     def add_cpu(self, joules: float, estimate: bool = False) -> None:
         """CPU energy measured elsewhere (a runner that reads RAPL once for all its jobs)."""
@@ -236,6 +236,6 @@ class EnergyMeter:
             "cpu_kwh": self.cpu_joules / J_PER_KWH if cpu_measured else None,
             "kwh": (gpu_j + self.cpu_joules) / J_PER_KWH if (self.gpus or cpu_measured) else None,
             "method": "+".join(methods) if methods else None,
-            "estimate": bool(why), "why_estimate": why, "note": self.note or (
-                self.rapl.note if self.rapl is not None and not self.rapl.available else ""),
+            "estimate": bool(why), "why_estimate": why, "note": "; ".join(n for n in (
+                self.note, self.rapl.note if self.rapl is not None and not self.rapl.available else "") if n),
         }

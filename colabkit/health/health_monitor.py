@@ -335,7 +335,8 @@ class HealthMonitor:
         while not self._stop.is_set():
             now = time.monotonic()
             for due, task in ((now >= next_sample, self.sampler.sample),
-                              (now >= next_sample and self.cost is not None, lambda: self.cost.sample()), (True, lambda now=now: self._watch(now)),
+                              (now >= next_sample and self.cost is not None, lambda: self.cost.sample()),
+                              (True, lambda now=now: self._watch(now)),
                               (now >= next_verdict, self._announce),
                               (now >= next_beat and self.heartbeat_path is not None, self._heartbeat)):
                 if not due:
@@ -535,7 +536,7 @@ class HealthMonitor:
             if self.running:
                 self.cost.sample()
             return self.cost.summary()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.debug("colabkit: energy summary failed", exc_info=True)
             return None
 

@@ -8,16 +8,15 @@ there is).
 import sys
 import time
 
-from . import NVML_ERROR_NOT_SUPPORTED, NVMLError, _field, _whole_gpu
-
 __all__ = ["nvmlDeviceGetTotalEnergyConsumption"]
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle):
-    rec = _whole_gpu(handle)
+    # the package as imported now: tests re-import pynvml while this submodule stays in sys.modules
+    nv = sys.modules[__package__]
+    rec = nv._whole_gpu(handle)
     start = rec.get("energy_counter")
     if start is None or start is False:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        raise nv.NVMLError(nv.NVML_ERROR_NOT_SUPPORTED)
     base = 0 if start is True else int(start)
-    init_time = sys.modules[__package__]._init_time   # read now: nvmlInit sets it
-    return base + int(_field(rec, "power_usage") * 1000 * (time.time() - init_time))   # W * s * 1000 = mJ
+    return base + int(nv._field(rec, "power_usage") * 1000 * (time.time() - nv._init_time))   # W * s * 1000 = mJ

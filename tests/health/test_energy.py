@@ -1,0 +1,177 @@
+"""Energy per run, its money and cloud equivalent, the cost ledger and `colabkit costs`: the NVML stand-in with
+and without an energy counter, a fake RAPL tree (a real file tree read by the real code), real subprocesses."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from colabkit.health import ledger
+from colabkit.health.energy import EnergyMeter, Rapl
+
+
+def _meter(seconds: float = 0.6, **kwargs) -> dict:
+    meter = EnergyMeter(**kwargs).start()
+    for _ in range(3):
+        time.sleep(seconds / 3)
+        meter.sample()
+    return meter.reading()
+
+
+def _rapl_tree(root, zones: dict):
+    """zones: {"intel-rapl:0": (energy_uj, max_energy_range_uj) or None (unreadable)}."""
+    for name, values in zones.items():
+        zone = root / name
+        zone.mkdir(parents=True, exist_ok=True)
+        if values is not None:
+            (zone / "energy_uj").write_text(f"{values[0]}\n")
+            (zone / "max_energy_range_uj").write_text(f"{values[1]}\n")
+    return root
+
+
+def test_counter_gpu_and_power_only_gpu(fake_gpus):
+    fake_gpus("energy_box")    # GPU 0 (RTX 4090, 360 W) has a counter; GPU 1 (GTX 1080 Ti, 240 W) has none
+    r = _meter()
+    assert r["gpus"] == ["NVIDIA GeForce RTX 4090", "NVIDIA GeForce GTX 1080 Ti"]
+    assert r["method"] == "counter+power" and r["estimate"] is False
+    watts = r["gpu_kwh"] * 3.6e6 / r["seconds"]
+    assert watts == pytest.approx(600, rel=0.2)           # both draw 600 W together
+    assert r["gpu_hours"] == pytest.approx(2 * r["seconds"] / 3600, rel=1e-3)
+
+
+def test_power_samples_integrated_without_a_counter(fake_gpus, monkeypatch):
+    fake_gpus("energy_box")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    r = _meter()
+    assert r["gpus"] == ["NVIDIA GeForce GTX 1080 Ti"] and r["method"] == "power", r["note"]
+    # trapezoids from the first sample (at start) to the last: 240 W over that span
+    assert r["gpu_kwh"] * 3.6e6 / r["seconds"] == pytest.approx(240, rel=0.1)
+
+
+def test_a_gpu_shared_with_another_process_is_an_estimate(fake_gpus):
+    fake_gpus("energy_shared")    # an A100 at 400 W that also runs pid 4242
+    r = _meter()
+    assert r["estimate"] is True and "shared" in r["why_estimate"][0]
+    assert r["gpu_kwh"] * 3.6e6 / r["seconds"] == pytest.approx(200, rel=0.15)   # split with the other process
+
+
+def test_rapl_packages_wrap_around_and_unreadable_zones(tmp_path, monkeypatch):
+    root = _rapl_tree(tmp_path / "powercap", {"intel-rapl:0": (262_143_000_000, 262_143_328_850),
+                                              "intel-rapl:0:0": (5, 262_143_328_850),   # a subzone: inside :0
+                                              "intel-rapl:1": (1_000_000, 262_143_328_850),
+                                              "intel-rapl:2": None})                    # root only
+    monkeypatch.setenv("COLABKIT_TEST_POWERCAP", str(root))
+    rapl = Rapl()
+    assert [z["path"].name for z in rapl.zones] == ["intel-rapl:0", "intel-rapl:1"]
+    (root / "intel-rapl:0" / "energy_uj").write_text("1000000\n")     # wrapped: 328850 + 1000000 uJ
+    (root / "intel-rapl:1" / "energy_uj").write_text("3000000\n")     # +2 J
+    assert rapl.sample() == pytest.approx(1.32885 + 2.0)
+    (root / "intel-rapl:1" / "energy_uj").write_text("4000000\n")
+    assert rapl.sample() == pytest.approx(1.0)
+
+
+def test_no_rapl_means_no_cpu_figure(tmp_path, monkeypatch, fake_gpus):
+    fake_gpus(None)
+    monkeypatch.setenv("COLABKIT_TEST_POWERCAP", str(tmp_path / "none"))
+    r = _meter(0.1)
+    assert r["cpu_kwh"] is None and r["kwh"] is None and "no readable RAPL" in r["note"]
+
+
+def test_monitored_loop_reports_kwh_money_cloud_and_books_the_ledger(fake_gpus, tmp_path, monkeypatch):
+    fake_gpus("energy_box")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    root = _rapl_tree(tmp_path / "powercap", {"intel-rapl:0": (1_000_000, 262_143_328_850)})
+    monkeypatch.setenv("COLABKIT_TEST_POWERCAP", str(root))
+    monkeypatch.setenv("COLABKIT_LEDGER", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.setenv("COLABKIT_ELECTRICITY_PRICE", "0.40")
+    monkeypatch.setenv("COLABKIT_CURRENCY", "EUR")
+    monkeypatch.setenv("COLABKIT_PROJECT", "lora")
+    from colabkit.health import monitor
+    with monitor(sample_every="0.1s", verbose=0, hang_timeout="off") as mon:
+        for step in range(6):
+            time.sleep(0.05)
+            (root / "intel-rapl:0" / "energy_uj").write_text(f"{1_000_000 + 500_000 * (step + 1)}\n")
+            mon.step(loss=1.0 / (step + 1))
+    report = mon.report()
+    energy = report["energy"]
+    assert energy["gpus"] == ["NVIDIA GeForce RTX 4090"] and energy["gpu_kwh"] > 0
+    assert energy["cpu_kwh"] == pytest.approx(3.0 / 3.6e6)            # the 3 J the fake package counted
+    assert energy["money"] == pytest.approx(energy["kwh"] * 0.40) and energy["currency"] == "EUR"
+    assert energy["cloud"]["as"] == "aws g5 (A10G)" and energy["cloud"]["date"]
+    assert "kWh" in report["text"] and "EUR" in report["text"] and "cloud" in report["text"]
+    records = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert len(records) == 1 and records[0]["final"] and records[0]["project"] == "lora"
+    assert records[0]["kind"] == "fit" and records[0]["money"] == pytest.approx(records[0]["kwh"] * 0.40)
+
+
+def _write_ledger(path, records, torn: str = ""):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + torn)
+
+
+def _rec(run_id, user, project, end, gpu_hours, kwh, cloud, money=None, lost=0.0, steps=0, estimate=False):
+    return {"id": run_id, "kind": "job", "start": end - 3600, "end": end, "user": user, "project": project,
+            "gpus": ["NVIDIA GeForce RTX 4090"], "gpu_count": 1, "gpu_hours": gpu_hours, "kwh": kwh,
+            "estimate": estimate, "money": money, "currency": "USD", "cloud_cost": cloud,
+            "cloud_as": "aws g5 (A10G)", "cloud_date": "2024-06", "cloud_currency": "USD",
+            "lost_gpu_hours": lost, "lost_steps": steps, "final": True}
+
+
+def test_costs_sums_per_user_and_project_since_a_date(tmp_path, run_cli, monkeypatch):
+    path = tmp_path / "ledger.jsonl"
+    nov = time.mktime((2026, 11, 10, 12, 0, 0, 0, 0, -1))
+    oct_ = time.mktime((2026, 10, 1, 12, 0, 0, 0, 0, -1))
+    running = dict(_rec("r3", "bob", "gan", nov, 1.0, 0.3, 1.0), final=False)
+    _write_ledger(path, [
+        _rec("r1", "ana", "lora", nov, 2.0, 0.8, 2.0, money=0.24),
+        _rec("r2", "ana", "gan", oct_, 4.0, 1.6, 4.0, lost=1.0, steps=120),
+        running, dict(running, gpu_hours=3.0, kwh=0.9, cloud_cost=3.0),     # r3's later record counts
+        _rec("r4", "bob", "lora", nov, 1.0, 0.5, 1.0, lost=0.5, estimate=True),
+    ], torn='{"id": "r5", "user": "ana", "gpu_ho')
+    monkeypatch.setenv("COLABKIT_LEDGER", str(path))
+    monkeypatch.setenv("COLABKIT_ELECTRICITY_PRICE", "0.30")
+
+    out = run_cli("costs", "--by", "user", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    rows = {r["key"]: r for r in data["rows"]}
+    assert rows["ana"]["runs"] == 2 and rows["ana"]["gpu_hours"] == pytest.approx(6.0)
+    # r1 kept its own money; r2 is priced at today's 0.30/kWh
+    assert rows["ana"]["money"] == pytest.approx(0.24 + 1.6 * 0.30)
+    assert rows["ana"]["saved"] == pytest.approx(6.0 - 0.24 - 0.48)
+    assert rows["ana"]["lost_gpu_hours"] == 1.0 and rows["ana"]["lost_steps"] == 120
+    assert rows["bob"]["gpu_hours"] == pytest.approx(4.0) and rows["bob"]["kwh"] == pytest.approx(1.4)
+    assert rows["bob"]["estimate"] is True and data["total"]["runs"] == 4
+
+    out = run_cli("costs", "--since", "2026-11-01", "--json")     # by project
+    rows = {r["key"]: r for r in json.loads(out.stdout)["rows"]}
+    assert set(rows) == {"lora", "gan"} and rows["gan"]["runs"] == 1 and rows["lora"]["runs"] == 2
+    assert rows["lora"]["kwh"] == pytest.approx(1.3) and rows["lora"]["lost_gpu_hours"] == 0.5
+
+    text = run_cli("costs", "--since", "2026-11-01").stdout
+    assert "since 2026-11-01" in text and "lora" in text and "~" in text and "prices of 2024-06" in text
+    assert "no electricity price" not in text
+
+
+def test_costs_without_a_price_says_how_to_set_it_and_rejects_a_bad_date(tmp_path, run_cli, monkeypatch):
+    path = tmp_path / "ledger.jsonl"
+    _write_ledger(path, [_rec("r1", "ana", "lora", time.time(), 2.0, 0.8, 2.0)])
+    monkeypatch.setenv("COLABKIT_LEDGER", str(path))
+    out = run_cli("costs")
+    assert out.returncode == 0 and "0.800" in out.stdout and "electricity_price" in out.stdout
+    bad = run_cli("costs", "--since", "last tuesday")
+    assert bad.returncode == 1 and "--since 'last tuesday'" in bad.stderr and "2026-11-01" in bad.stderr
+    with pytest.raises(ValueError, match="'user' or 'project'"):
+        ledger.costs(by="host")
+
+
+def test_concurrent_appends_stay_whole_lines(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    code = ("import sys\nfrom colabkit.health import ledger\n"
+            "for i in range(200):\n"
+            "    ledger.append({'id': sys.argv[2] + str(i), 'pad': 'x' * 3000, 'gpu_hours': 1.0}, sys.argv[1])\n")
+    import subprocess
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), tag]) for tag in "ab"]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    assert len(ledger.read(path)) == 400
