@@ -186,14 +186,16 @@ def costs_text(data: dict) -> str:
     head = (data["by"], "runs", "GPU-h", "kWh", f"cost {cur}", f"cloud {cur}", "saved", "lost GPU-h", "lost steps")
     table = [head]
 
+    from .prices import num
+
     def money(v, approx):
-        return "-" if v is None else f"{approx}{v:.2f}"
+        return "-" if v is None else f"{approx}{num(v)}"
 
     for r in data["rows"] + ([data["total"]] if len(data["rows"]) > 1 else []):
         approx = "~" if r["estimate"] else ""
-        table.append((r["key"], str(r["runs"]), f"{r['gpu_hours']:.2f}", f"{approx}{r['kwh']:.3f}",
+        table.append((r["key"], str(r["runs"]), num(r["gpu_hours"]), f"{approx}{num(r['kwh'])}",
                       money(r["money"], approx), money(r["cloud_cost"], ""), money(r["saved"], approx),
-                      f"{r['lost_gpu_hours']:.2f}", str(r["lost_steps"])))
+                      num(r["lost_gpu_hours"]), str(r["lost_steps"])))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = [f"colabkit costs · {since} · ledger {data['ledger']}"]
     if not data["rows"]:

@@ -103,17 +103,28 @@ def costs_of(reading: dict, settings=None) -> dict:
     return {"money": money, "currency": settings.currency, "price_per_kwh": price, "cloud": cloud, "saved": saved}
 
 
+def num(value: float) -> str:
+    """A figure with the digits that matter: 1234, 12.35, 0.0123 (tiny runs still show something)."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
 def line(reading: dict, priced: dict) -> str:
     """One line for people: GPU-hours, kWh, money, cloud equivalent ("~" marks an estimate)."""
     approx = "~" if reading.get("estimate") else ""
     kwh = reading.get("kwh")
-    parts = [f"{reading.get('gpu_hours', 0):.3f} GPU-h",
-             "kWh n/a" if kwh is None else f"{approx}{kwh:.4f} kWh"]
+    parts = [f"{num(reading.get('gpu_hours') or 0)} GPU-h",
+             "kWh n/a" if kwh is None else f"{approx}{num(kwh)} kWh"]
     if priced.get("money") is not None:
-        parts.append(f"{approx}{priced['money']:.4f} {priced['currency']}")
+        parts.append(f"{approx}{num(priced['money'])} {priced['currency']}")
     cloud = priced.get("cloud")
     if cloud is not None:
-        parts.append(f"cloud {cloud['cost']:.4f} {cloud['currency']} as {cloud['as']} (prices of {cloud['date']})")
+        parts.append(f"cloud {num(cloud['cost'])} {cloud['currency']} as {cloud['as']} (prices of {cloud['date']})")
     text = "energy: " + " · ".join(parts)
     if priced.get("money") is None and kwh is not None:
         text += " · set electricity_price (per kWh) to see money"

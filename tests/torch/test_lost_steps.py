@@ -1,0 +1,44 @@
+"""A PyTorch AutoResume that resumes from an older step than the last one reached books the batches it trains
+again in the cost ledger; `colabkit costs` (a fresh process) shows them."""
+import json
+
+import pytest
+
+from tests.devices.conftest import run_cli  # noqa: F401 - `python -m colabkit` in a subprocess
+
+torch = pytest.importorskip("torch")
+
+
+def _train(directory, stop_at=None):
+    import colabkit
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4))
+    ar = colabkit.torch.AutoResume(directory, model=model, opt=opt, save_freq=3, deadline=None, verbose=0)
+    start = ar.step
+    for _ in ar.epochs(1):
+        for (x,) in ar.batches(torch.utils.data.DataLoader(data, batch_size=2)):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            if ar.step == stop_at:
+                break     # a crash: the last save was at step 3
+        break
+    ar.close()
+    return start
+
+
+def test_resume_books_the_batches_trained_again(tmp_path, monkeypatch, run_cli):  # noqa: F811
+    from colabkit.health import progress
+    monkeypatch.setattr(progress, "EVERY", 0.0)     # mark every batch (the default is every 10 s)
+    monkeypatch.setenv("COLABKIT_DRIVE_ROOT", str(tmp_path / "drive"))
+    monkeypatch.setenv("COLABKIT_LEDGER", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.setenv("COLABKIT_PROJECT", "tiny")
+    assert _train(tmp_path / "run", stop_at=5) == 0
+    assert not (tmp_path / "ledger.jsonl").exists()          # a first run trains nothing twice
+    assert _train(tmp_path / "run") == 3                      # resumed at step 3; step 5 had been reached
+    records = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["lost_steps"], r["project"]) for r in records] == [("resume", 2, "tiny")]
+    out = run_cli("costs", "--json")
+    assert json.loads(out.stdout)["total"]["lost_steps"] == 2, out.stderr
