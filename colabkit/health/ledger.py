@@ -188,8 +188,8 @@ def costs_text(data: dict) -> str:
 
     from .prices import num
 
-    def money(v, approx):
-        return "-" if v is None else f"{approx}{num(v)}"
+    def money(v, approx):   # cents, unless a tiny run would show 0.00
+        return "-" if v is None else f"{approx}{v:.2f}" if abs(v) >= 0.01 or v == 0 else f"{approx}{num(v)}"
 
     for r in data["rows"] + ([data["total"]] if len(data["rows"]) > 1 else []):
         approx = "~" if r["estimate"] else ""

@@ -177,3 +177,35 @@ def test_concurrent_appends_stay_whole_lines(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", code, str(path), tag]) for tag in "ab"]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     assert len(ledger.read(path)) == 400
+
+
+def test_the_gpus_a_run_claimed_are_the_ones_metered(fake_gpus):
+    fake_gpus("energy_box")
+    import colabkit
+    colabkit.use_gpus("1")          # claims GPU 1 machine-wide and makes it the only one this process sees
+    try:
+        r = _meter(0.1)
+    finally:
+        colabkit.use_gpus(0)
+    assert r["gpus"] == ["NVIDIA GeForce GTX 1080 Ti"]
+
+
+def test_cloud_prices_from_the_config_file(tmp_path, monkeypatch):
+    from colabkit import config
+    from colabkit.health import prices
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('electricity_price = 0.5\n[cloud_prices]\ndate = "2026-11"\n"aws g6e (L40S)" = 1.861\n'
+                   '[cloud_prices.compare]\n"RTX 6000 Ada" = "aws g6e (L40S)"\n')
+    monkeypatch.setenv("COLABKIT_CONFIG", str(cfg))
+    settings = config.load()
+    reading = {"gpus": ["NVIDIA RTX 6000 Ada Generation", "NVIDIA GeForce RTX 3090"], "gpu_hours": 2.0, "kwh": 1.0}
+    priced = prices.costs_of(reading, settings)
+    assert priced["money"] == 0.5 and priced["cloud"]["date"] == "2026-11"
+    assert priced["cloud"]["cost"] == pytest.approx(1.861 + 1.006)        # the 3090 compared with an A10G
+    assert priced["saved"] == pytest.approx(1.861 + 1.006 - 0.5)
+    cfg.write_text('[cloud_prices]\n"aws g5 (A10G)" = "cheap"\n')
+    with pytest.raises(config.ConfigError, match="cloud_prices"):
+        config.load()
+    cfg.write_text('[cloud_prices.compare]\n"RTX 4090" = "nowhere"\n')
+    with pytest.raises(ValueError, match="names no price"):
+        prices.price_table()
