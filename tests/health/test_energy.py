@@ -209,3 +209,39 @@ def test_cloud_prices_from_the_config_file(tmp_path, monkeypatch):
     cfg.write_text('[cloud_prices.compare]\n"RTX 4090" = "nowhere"\n')
     with pytest.raises(ValueError, match="names no price"):
         prices.price_table()
+
+
+def test_keras_fit_report_has_energy_and_books_one_fit(tf_keras, fake_gpus, tmp_path, monkeypatch):
+    _tf, keras = tf_keras
+    import numpy as np
+
+    import colabkit
+    from tests.health.conftest import tiny_model
+    fake_gpus("energy_box")
+    monkeypatch.setenv("COLABKIT_LEDGER", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.setenv("COLABKIT_ELECTRICITY_PRICE", "0.30")
+    x = np.random.default_rng(0).random((256, 32), dtype="float32")
+    monitor = colabkit.keras.Monitor(sample_every="0.2s", verbose=0)
+    tiny_model(keras).fit(x, x[:, :1], epochs=2, batch_size=32, verbose=0, callbacks=[monitor])
+    report = monitor.report()
+    assert report["energy"]["gpu_count"] == 2 and report["energy"]["kwh"] > 0
+    assert report["energy"]["money"] == pytest.approx(report["energy"]["kwh"] * 0.30)
+    assert "kWh" in monitor.text()
+    runs = ledger.read(tmp_path / "ledger.jsonl")
+    assert len(runs) == 1 and runs[0]["kind"] == "fit" and runs[0]["final"]
+
+
+def test_a_long_run_appends_as_it_goes_and_the_last_record_counts(fake_gpus, tmp_path, monkeypatch):
+    fake_gpus("energy_box")
+    monkeypatch.setattr(ledger, "APPEND_EVERY", 0.0)     # every sample (the default is every 5 minutes)
+    monkeypatch.setenv("COLABKIT_LEDGER", str(tmp_path / "ledger.jsonl"))
+    from colabkit.health.runcost import RunCost
+    cost = RunCost("fit", project="p").start()
+    for _ in range(3):
+        time.sleep(0.05)
+        cost.sample()
+    lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and not json.loads(lines[-1])["final"]      # a crash now would keep these
+    cost.book(final=True)
+    runs = ledger.read(tmp_path / "ledger.jsonl")
+    assert len(runs) == 1 and runs[0]["final"] and runs[0]["gpu_hours"] >= json.loads(lines[-1])["gpu_hours"]
