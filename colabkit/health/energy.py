@@ -132,14 +132,18 @@ class _GpuEnergy:
         self.users = users
 
     def _users(self, own_pids) -> int:
-        """1 + the compute processes on this GPU that are not this run's (an estimate's divisor)."""
+        """The compute processes on this GPU, counting this run as one (an estimate's divisor). Any process that
+        is not the run's makes the figure an estimate; where none of the run's is listed (not on the GPU yet, or
+        a container whose process ids NVML does not share), the run's share cannot be told: the GPU's whole
+        energy counts, as an estimate."""
         from ..devices.nvml import call
         procs = call(self.nv, "nvmlDeviceGetComputeRunningProcesses", self.handle) or []
         mine = own_pids() if callable(own_pids) else set(own_pids or ())
-        others = {int(p.pid) for p in procs if int(p.pid) not in mine}
+        pids = {int(p.pid) for p in procs}
+        others = pids - set(mine)
         if others:
             self.shared = True
-        return 1 + len(others)
+        return max(1, len(others) + (1 if pids & set(mine) else 0))
 
 
 def own_process_tree(pid: int | None = None) -> set:
