@@ -307,6 +307,27 @@ class Runner:
             out[key] = sum(values) if values else None
         return out
 
+    def energy_total(self) -> str:
+        """Every attempt of this run together, in one line ("" when nothing was metered)."""
+        parts = [c.summary() for costs in self.costs.values() for c in costs]
+        if not parts:
+            return ""
+        from ..health.prices import num
+        approx = "~" if any(p["estimate"] for p in parts) else ""
+        kwh = [p["kwh"] for p in parts if p["kwh"] is not None]
+        money = [p["money"] for p in parts if p["money"] is not None]
+        cloud = [p["cloud_cost"] for p in parts if p["cloud_cost"] is not None]
+        lost = sum(p["lost_gpu_hours"] for p in parts)
+        text = f"energy of all jobs: {num(sum(p['gpu_hours'] for p in parts))} GPU-h"
+        text += f" · {approx}{num(sum(kwh))} kWh" if kwh else " · kWh n/a"
+        if money:
+            text += f" · {approx}{num(sum(money))} {parts[0]['currency']}"
+        if cloud:
+            text += f" · cloud {num(sum(cloud))} {parts[0]['cloud']['currency']}"
+        if lost:
+            text += f" · lost to failed or hung attempts {num(lost)} GPU-h"
+        return text + " (colabkit costs sums them over time)"
+
     def _wait(self, state: JobState, proc) -> None:
         self.events.put(("exit", state, proc, proc.wait()))
 
@@ -345,6 +366,9 @@ class Runner:
         report = RunReport(self.run_dir, self.states, [s.label for s in self.slots], code,
                            None if self.stop_signal is None else signal.Signals(self.stop_signal).name)
         self.say(report.table())
+        total = self.energy_total()
+        if total:
+            self.say(f"colabkit run: {total}")
         failed = [s.job.name for s in self.states if s.status == "failed"]
         where = display_path(self.run_dir)
         if report.interrupted:

@@ -24,6 +24,7 @@ def test_two_jobs_get_energy_in_summary_and_ledger_records(fake_gpus, run_cli, t
     out = run_cli("run", "--run-dir", "run", "--retries", "1", "--gpus", "0,1", "a.py", "b.py", env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "done    a in" in out.stdout and "kWh" in out.stdout and "cloud" in out.stdout
+    assert "colabkit run: energy of all jobs:" in out.stdout and "lost to failed or hung attempts" in out.stdout
 
     jobs = {j["name"]: j for j in json.loads((tmp_path / "run" / "summary.json").read_text())["jobs"]}
     a, b = jobs["a"]["energy"], jobs["b"]["energy"]
