@@ -42,3 +42,29 @@ def test_resume_books_the_batches_trained_again(tmp_path, monkeypatch, run_cli):
     assert [(r["kind"], r["lost_steps"], r["project"]) for r in records] == [("resume", 2, "tiny")]
     out = run_cli("costs", "--json")
     assert json.loads(out.stdout)["total"]["lost_steps"] == 2, out.stderr
+
+
+def test_lightning_resume_books_the_steps_trained_again(tmp_path, monkeypatch, ck_env):
+    pytest.importorskip("lightning")
+    import colabkit
+    from colabkit.health import ledger, progress
+    from tests.torch.test_lightning_resume import _build, _trainer
+    monkeypatch.setattr(progress, "EVERY", 0.0)
+    monkeypatch.setenv("COLABKIT_LEDGER", str(tmp_path / "ledger.jsonl"))
+    model, loader = _build({"loader": "plain"})
+    steps = []
+
+    def failing_step(batch, batch_idx, _orig=model.training_step):
+        steps.append(batch_idx)
+        if len(steps) == 4:
+            raise RuntimeError("a NaN check failed")     # after 3 steps; the last save was at step 2
+        return _orig(batch, batch_idx)
+
+    model.training_step = failing_step
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=2, deadline=None, verbose=0)
+    with pytest.raises(RuntimeError, match="NaN check"):
+        _trainer(tmp_path, ar).fit(model, loader, ckpt_path="last")
+    fresh, loader = _build({"loader": "plain"})
+    ar = colabkit.torch_lightning.AutoResume(tmp_path / "run", save_freq=2, deadline=None, verbose=0)
+    _trainer(tmp_path, ar, max_epochs=1).fit(fresh, loader, ckpt_path="last")
+    assert [(r["kind"], r["lost_steps"]) for r in ledger.read(tmp_path / "ledger.jsonl")] == [("resume", 1)]
