@@ -116,10 +116,12 @@ class _GpuEnergy:
         users = self._users(own_pids)
         if self.method == "counter":
             value = call(self.nv, "nvmlDeviceGetTotalEnergyConsumption", self.handle)
-            if value is None or value < self.counter_last:
-                return      # a failed read or a driver reload: keep what was counted
-            self.joules += (value - self.counter_last) / 1000.0 / max(users, self.users)
-            self.counter_last = value
+            if value is None:
+                return      # a failed read: the next one covers this interval
+            if value >= self.counter_last:
+                # the interval's sharers: whichever count, its start's or its end's, is larger
+                self.joules += (value - self.counter_last) / 1000.0 / max(users, self.users)
+            self.counter_last = value    # (lower: the driver reloaded and the counter restarted)
         else:
             mw = call(self.nv, "nvmlDeviceGetPowerUsage", self.handle)
             if mw is None:
