@@ -13,7 +13,8 @@ it: an estimate.
 CPU: the Intel/AMD RAPL package counters (``/sys/class/powercap/intel-rapl:N/energy_uj``, wrapping at
 ``max_energy_range_uj``) where they are readable (often root only since 2020). They cover the whole CPU, not
 this run: the figure is this run's only when nothing else ran, so it is marked an estimate when ``cpu_share``
-is below 1 (the caller knows that several runs share the box). ``COLABKIT_TEST_POWERCAP`` names another powercap
+is below 1 (the caller knows that several runs share the box) or another program runs on any of the
+machine's GPUs (NVML's compute processes: other training on the box). ``COLABKIT_TEST_POWERCAP`` names another powercap
 root (a file tree in the same layout, for tests).
 """
 from __future__ import annotations
@@ -181,13 +182,14 @@ class EnergyMeter:
         self.started = self.ended = None
         self.note = ""
         self._lock = threading.Lock()   # the monitor's thread and report() both sample
+        self._nv = None
 
     def start(self) -> EnergyMeter:
         handles = self._gpu_request
         if handles is None or handles:
             try:
                 from ..devices.nvml import open_nvml
-                nv = open_nvml()
+                nv = self._nv = open_nvml()
                 if handles is None:
                     handles = run_gpus(nv)
                 self.gpus = [_GpuEnergy(nv, i, h) for i, h in handles]
@@ -213,8 +215,21 @@ class EnergyMeter:
             except Exception:
                 log.debug("colabkit: energy sample of GPU %s failed", g.index, exc_info=True)
         if self.rapl is not None and self.rapl.available:
-            self.add_cpu(self.rapl.sample() * cpu_share, estimate=cpu_share < 1)
+            self.add_cpu(self.rapl.sample() * cpu_share, estimate=cpu_share < 1 or self._others_on_box())
         self.ended = time.time()
+
+    def _others_on_box(self) -> bool:
+        """Another program runs on one of the machine's GPUs: the CPU energy is not this run's alone."""
+        if self._nv is None:
+            return False
+        from ..devices.nvml import call
+        mine = self.own_pids() if callable(self.own_pids) else set(self.own_pids or ())
+        for index in range(call(self._nv, "nvmlDeviceGetCount") or 0):
+            handle = call(self._nv, "nvmlDeviceGetHandleByIndex", index)
+            procs = (call(self._nv, "nvmlDeviceGetComputeRunningProcesses", handle) or []) if handle else []
+            if any(int(p.pid) not in mine for p in procs):
+                return True
+        return False
 
     def add_cpu(self, joules: float, estimate: bool = False) -> None:
         """CPU energy measured elsewhere (a runner that reads RAPL once for all its jobs)."""

@@ -82,6 +82,22 @@ def test_rapl_packages_wrap_around_and_unreadable_zones(tmp_path, monkeypatch):
     assert rapl.sample() == pytest.approx(1.0)
 
 
+def test_the_cpu_figure_is_an_estimate_while_another_program_uses_a_gpu_of_the_box(fake_gpus, tmp_path,
+                                                                                   monkeypatch):
+    data = fake_gpus("energy_box")
+    other = dict(data["gpus"][1], processes=[{"pid": 4242, "name": "python3", "used_memory": 9000}])
+    fake_gpus("energy_box", gpus=[data["gpus"][0], other])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")        # this run: GPU 0, which nobody else uses
+    root = _rapl_tree(tmp_path / "powercap", {"intel-rapl:0": (1_000_000, 262_143_328_850)})
+    monkeypatch.setenv("COLABKIT_TEST_POWERCAP", str(root))
+    meter = EnergyMeter().start()
+    (root / "intel-rapl:0" / "energy_uj").write_text("3000000\n")
+    meter.sample()
+    r = meter.reading()
+    assert r["cpu_kwh"] == pytest.approx(2.0 / 3.6e6)
+    assert r["estimate"] is True and r["why_estimate"] == ["CPU energy is the whole box's, shared"]
+
+
 def test_no_rapl_means_no_cpu_figure(tmp_path, monkeypatch, fake_gpus):
     fake_gpus(None)
     monkeypatch.setenv("COLABKIT_TEST_POWERCAP", str(tmp_path / "none"))
@@ -108,6 +124,7 @@ def test_monitored_loop_reports_kwh_money_cloud_and_books_the_ledger(fake_gpus, 
     energy = report["energy"]
     assert energy["gpus"] == ["NVIDIA GeForce RTX 4090"] and energy["gpu_kwh"] > 0
     assert energy["cpu_kwh"] == pytest.approx(3.0 / 3.6e6)            # the 3 J the fake package counted
+    assert energy["estimate"] is False                  # nothing else ran on the box's GPUs
     assert energy["money"] == pytest.approx(energy["kwh"] * 0.40) and energy["currency"] == "EUR"
     assert energy["cloud"]["as"] == "aws g5 (A10G)" and energy["cloud"]["date"]
     assert "kWh" in report["text"] and "EUR" in report["text"] and "cloud" in report["text"]
