@@ -45,5 +45,5 @@ def monitor(directory=None, **options) -> HealthMonitor:
     manager that stops it).
 
     Options: see :class:`colabkit.health.HealthMonitor` (hang_timeout="auto"|"off"|"10min", hang_floor,
-    hang_ceiling, first_step_timeout, sample_every, gpus, verbose, input_kind)."""
+    hang_ceiling, first_step_timeout, sample_every, gpus, verbose, input_kind, project)."""
     return HealthMonitor(directory, **options).start()

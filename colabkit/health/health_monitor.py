@@ -90,6 +90,11 @@ class HealthMonitor:
         verbose: 1 prints each verdict once and hang reports; 0 only logs.
         input_kind: "tf.data", "numpy", "generator", "PyDataset", "DataLoader" for the advice (``wrap()``
             finds it from the iterable).
+        project: what the run is booked under in the cost ledger (default: the ``project`` setting, else the
+            job's name under `colabkit run`, else the working folder's name; see colabkit.health.ledger).
+
+    Energy and money (``report()["energy"]``): see colabkit.health.runcost; the run's totals go to the cost
+    ledger every few minutes and at ``stop()`` (under `colabkit run` the queue books the job instead).
     """
 
     def __init__(self, directory=None, *, hang_timeout="auto", hang_floor=DEFAULT_FLOOR, hang_ceiling=DEFAULT_CEILING,
@@ -182,7 +187,8 @@ class HealthMonitor:
         """The run's energy meter and ledger record; a job under `colabkit run` is booked by the queue."""
         try:
             from .runcost import RunCost
-            return RunCost("fit", project=self.project, gpus=None if self._gpus_wanted else [],
+            return RunCost("fit", project=self.project, fallback=os.environ.get("COLABKIT_JOB"),
+                           gpus=None if self._gpus_wanted else [],
                            book=not os.environ.get("COLABKIT_JOB")).start()
         except Exception as exc:  # noqa: BLE001 - never fail training for a cost figure
             log.warning("colabkit: no energy figures: %s", exc)

@@ -16,19 +16,20 @@ class RunCost:
 
     Args:
         kind: "fit" or "job" (the ledger's record kind).
-        project: the ledger's project (None: the setting, else the working folder's name).
+        project: the ledger's project; None: the ``project`` setting, else ``fallback`` (a job's name), else
+            the working folder's name.
         gpus, own_pids, cpu: see :class:`colabkit.health.energy.EnergyMeter`.
         book: append to the ledger (False: report only, e.g. a fit inside a `colabkit run` job, which the queue
             books).
     """
 
-    def __init__(self, kind: str = "fit", *, project: str | None = None, gpus=None, own_pids=None, cpu=True,
-                 book: bool = True, settings=None):
+    def __init__(self, kind: str = "fit", *, project: str | None = None, fallback: str | None = None, gpus=None,
+                 own_pids=None, cpu=True, book: bool = True, settings=None):
         if settings is None:
             from .. import config
             settings = config.load()
         self.settings, self.kind, self.book_enabled = settings, kind, book
-        self.project = ledger.default_project(settings, project)
+        self.project = project or ledger.default_project(settings, fallback)
         self.meter = EnergyMeter(gpus, own_pids=own_pids, cpu=cpu)
         self.id = ledger.new_id()
         self.started = None

@@ -262,7 +262,7 @@ class Runner:
                         handles.append((g.index, nv.nvmlDeviceGetHandleByUUID(g.uuid)))
             if self._rapl is None:
                 self._rapl = Rapl()
-            cost = RunCost("job", project=state.job.name, gpus=handles, cpu=False,
+            cost = RunCost("job", fallback=state.job.name, gpus=handles, cpu=False,
                            own_pids=lambda: own_process_tree(pid)).start()
             self.costs.setdefault(state.job.name, []).append(cost)
         except Exception as exc:  # noqa: BLE001 - a cost figure is never worth failing a job

@@ -271,3 +271,14 @@ def test_a_long_run_appends_as_it_goes_and_the_last_record_counts(fake_gpus, tmp
     cost.book(final=True)
     runs = ledger.read(tmp_path / "ledger.jsonl")
     assert len(runs) == 1 and runs[0]["final"] and runs[0]["gpu_hours"] >= json.loads(lines[-1])["gpu_hours"]
+
+
+def test_which_project_a_run_is_booked_under(fake_gpus, tmp_path, monkeypatch):
+    fake_gpus(None)
+    from colabkit.health.runcost import RunCost
+    monkeypatch.chdir(tmp_path)
+    assert RunCost("fit").project == tmp_path.name                         # the working folder's name
+    assert RunCost("job", fallback="train").project == "train"             # a job's name
+    monkeypatch.setenv("COLABKIT_PROJECT", "lora")
+    assert RunCost("job", fallback="train").project == "lora"              # the setting
+    assert RunCost("fit", project="gan").project == "gan"                  # the monitor's argument
