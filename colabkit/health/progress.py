@@ -4,7 +4,8 @@ the cost ledger (a record of kind "resume").
 
 The step is written at most every ``EVERY`` seconds, so a crash can hide the last few seconds of steps (the
 figure is then a little low), and a resume on another machine (a new Colab VM) finds no mark and counts none.
-AutoResume (PyTorch and Keras) calls ``restored()`` after its restore and ``reached()`` after each batch.
+Every AutoResume (PyTorch, Lightning, Keras, Hugging Face Trainer, AccelerateResume) calls ``start_mark()``
+after its restore and ``reached()`` after each batch.
 """
 from __future__ import annotations
 
