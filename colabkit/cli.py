@@ -51,6 +51,15 @@ def _cmd_health(args) -> int:
     return 0
 
 
+def _cmd_costs(args) -> int:
+    import json
+
+    from .health.ledger import costs, costs_text
+    data = costs(since=args.since, by=args.by)
+    print(json.dumps(data, indent=2) if args.json else costs_text(data))
+    return 0
+
+
 def _cmd_run(args) -> int:
     from .jobs.cli import main_from_args
     return main_from_args(args)
@@ -232,6 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checksum", action="store_true", help="decide 'unchanged' by sha256, not size+mtime")
     p.add_argument("--workers", type=int, default=None, help="parallel copies (default: automatic)")
     p.set_defaults(func=_cmd_stage)
+
+    p = sub.add_parser("costs", help="what runs cost: GPU-hours, kWh, money, saved against the cloud, time lost",
+                       description="Sums the machine's cost ledger (every fit watched by the training monitor and "
+                                   "every `colabkit run` job appends to it) per user or project. Money needs the "
+                                   "electricity_price setting; the cloud figure uses a dated table of on-demand "
+                                   "prices for a comparable GPU (see colabkit.health.prices).")
+    p.add_argument("--since", metavar="DATE", help="only runs that ended since: 2026-11-01, 2026-11-01T14:00, or "
+                                                   "a time back from now such as 7d or 12h (default: all)")
+    p.add_argument("--by", choices=["user", "project"], default="project", help="one row per (default: project)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=_cmd_costs)
 
     from .jobs.cli import add_arguments as add_run_arguments
     p = sub.add_parser("run", help="run notebooks and scripts side by side, one per GPU, from a queue",

@@ -104,6 +104,58 @@ def _size(value: Any, name: str) -> int:
     return parse_size(value, name=name)
 
 
+def _price_or_none(value: Any, name: str):
+    """A price per kWh (a number, 0 or more), or "none" (only kWh are shown)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "off")):
+        return None
+    try:
+        number = float(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or not 0 <= number < float("inf"):
+        raise ValueError(f"{name}={value!r} must be a price per kWh such as 0.30, or \"none\".")
+    return number
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name}={value!r} must be a non-empty text.")
+    return value.strip()
+
+
+def _text_or_none(value: Any, name: str):
+    return None if isinstance(value, str) and value.strip().lower() in ("", "none") else _text(value, name)
+
+
+def _path_or_none(value: Any, name: str):
+    if isinstance(value, str) and value.strip().lower() in ("auto", "none", ""):
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name}={value!r} must be a file path (or \"auto\").")
+    return Path(os.path.expanduser(str(value)))
+
+
+def _cloud_prices(value: Any, name: str) -> dict:
+    """A TOML table ([cloud_prices] in the config file) or the path of a TOML file holding one."""
+    if isinstance(value, (str, os.PathLike)):
+        path = Path(os.path.expanduser(str(value)))
+        try:
+            import tomllib
+            with open(path, "rb") as fh:
+                value = tomllib.load(fh)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{name}={str(path)!r} cannot be read as TOML ({exc}).") from None
+        value = value.get("cloud_prices", value)
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}={value!r} must be a table of prices per GPU-hour.")
+    for key, price in value.items():
+        if key in ("date", "currency", "compare"):
+            continue
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+            raise ValueError(f"{name}.{key}={price!r} must be a price per GPU-hour such as 1.006.")
+    return dict(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Field:
     name: str
@@ -165,6 +217,20 @@ FIELDS = (
     _Field("flight_ring_size", _size, 4 * 2 ** 20, 'a size such as "4MiB" (at least 64KiB)',
            "The flight recorder's file size; it never grows (4 MiB: about 12 hours with two GPUs). A new size "
            "starts a new file."),
+    # what a run cost (colabkit.health.energy, prices, ledger)
+    _Field("electricity_price", _price_or_none, None, 'a price per kWh such as 0.30, or "none"',
+           "What a kWh costs you; none: reports show kWh, not money."),
+    _Field("currency", _text, "USD", "a currency code such as \"EUR\"",
+           "The currency of electricity_price (cloud prices are compared only in the same currency)."),
+    _Field("project", _text_or_none, None, "a name, or \"none\"",
+           "The project runs are booked under in the cost ledger. none: the run's checkpoint folder name, "
+           "a job's name under `colabkit run`, else the working directory's name."),
+    _Field("ledger", _path_or_none, None, 'a file path, or "auto"',
+           "The cost ledger (JSON lines) every run appends to. auto: ~/.local/share/colabkit/ledger.jsonl "
+           "($XDG_DATA_HOME/colabkit)."),
+    _Field("cloud_prices", _cloud_prices, {}, "a [cloud_prices] table, or the path of a TOML file with one",
+           "Cloud prices per GPU-hour that replace or extend the built-in dated table, and [cloud_prices.compare] "
+           "to say which one a local GPU is compared with (see colabkit.health.prices)."),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 
@@ -191,6 +257,11 @@ class Settings:
     flight_sample_every: float = 2.0
     flight_sync_every: float = 5.0
     flight_ring_size: int = 4 * 2 ** 20
+    electricity_price: Any = None
+    currency: str = "USD"
+    project: Any = None
+    ledger: Any = None
+    cloud_prices: Any = dataclasses.field(default_factory=dict)
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir

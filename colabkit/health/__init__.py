@@ -23,7 +23,25 @@ from .flight_report import last_recording
 from .health_monitor import HealthMonitor, latest_monitor
 from .recorder import ensure_recording
 
-__all__ = ["HealthMonitor", "ensure_recording", "last_recording", "latest_monitor", "monitor"]
+__all__ = ["HealthMonitor", "costs", "ensure_recording", "last_recording", "latest_monitor", "monitor"]
+
+# what a run cost (energy.py, prices.py, runcost.py, ledger.py, progress.py): imported when first named
+_SUBMODULES = ("energy", "ledger", "prices", "progress", "runcost")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def costs(since=None, by: str = "project", path=None) -> dict:
+    """``colabkit costs`` as a dict: the cost ledger's GPU-hours, kWh, money, cloud cost, saved and time lost per
+    ``by`` ("user" or "project") for the runs that ended since ``since`` (a date "2026-11-01", a datetime, or
+    a time back from now such as "7d"); see :func:`colabkit.health.ledger.costs`."""
+    from .ledger import costs as _costs
+    return _costs(since=since, by=by, path=path)
 
 
 def monitor(directory=None, **options) -> HealthMonitor:
@@ -31,5 +49,5 @@ def monitor(directory=None, **options) -> HealthMonitor:
     manager that stops it).
 
     Options: see :class:`colabkit.health.HealthMonitor` (hang_timeout="auto"|"off"|"10min", hang_floor,
-    hang_ceiling, first_step_timeout, sample_every, gpus, verbose, input_kind)."""
+    hang_ceiling, first_step_timeout, sample_every, gpus, verbose, input_kind, project)."""
     return HealthMonitor(directory, **options).start()

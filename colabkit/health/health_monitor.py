@@ -90,11 +90,16 @@ class HealthMonitor:
         verbose: 1 prints each verdict once and hang reports; 0 only logs.
         input_kind: "tf.data", "numpy", "generator", "PyDataset", "DataLoader" for the advice (``wrap()``
             finds it from the iterable).
+        project: what the run is booked under in the cost ledger (default: the ``project`` setting, else the
+            job's name under `colabkit run`, else the working folder's name; see colabkit.health.ledger).
+
+    Energy and money (``report()["energy"]``): see colabkit.health.runcost; the run's totals go to the cost
+    ledger every few minutes and at ``stop()`` (under `colabkit run` the queue books the job instead).
     """
 
     def __init__(self, directory=None, *, hang_timeout="auto", hang_floor=DEFAULT_FLOOR, hang_ceiling=DEFAULT_CEILING,
                  first_step_timeout=DEFAULT_FIRST, sample_every="1s", gpus=True, verbose=1, input_kind=None,
-                 history=5000):
+                 history=5000, project=None):
         queue_timeout = os.environ.get("COLABKIT_HANG_TIMEOUT")   # `colabkit run --hang-timeout DURATION`
         if hang_timeout == "auto" and queue_timeout not in (None, "", "auto", "off"):
             hang_timeout = queue_timeout
@@ -136,6 +141,8 @@ class HealthMonitor:
         self._stop = threading.Event()
         self._started_at = None
         self.owner = None                       # (thread id, frame): the fit() this monitor watches, if known
+        self.project = project                  # the cost ledger's project (None: see health.ledger)
+        self.cost = None                        # runcost.RunCost: energy, money, the ledger record
 
     # -- life cycle -----------------------------------------------------------------------------------
     def start(self) -> HealthMonitor:
@@ -145,6 +152,8 @@ class HealthMonitor:
         if self.sampler is None:
             from .sampler import Sampler
             self.sampler = Sampler(history=self._history, gpus=self._gpus_wanted)
+        if self.cost is None or self.cost.final:
+            self.cost = self._start_cost()
         self._stop.clear()
         self._started_at = time.time()
         self._last_progress = self._phase_started = time.monotonic()
@@ -170,7 +179,27 @@ class HealthMonitor:
                 log.debug("colabkit: health verdicts failed", exc_info=True)
         self.current_phase = "done"
         self.owner = None     # its frame holds everything fit() was given: never keep that past the run
+        if self.cost is not None:
+            with contextlib.suppress(Exception):
+                self.cost.sample()
+            self.cost.book(final=True)
         self._heartbeat()
+
+    def _start_cost(self):
+        """The run's energy meter and ledger record; a job under `colabkit run` is booked by the queue."""
+        try:
+            from .runcost import RunCost
+            return RunCost("fit", project=self.project, fallback=os.environ.get("COLABKIT_JOB"),
+                           gpus=None if self._gpus_wanted else [],
+                           book=not os.environ.get("COLABKIT_JOB")).start()
+        except Exception as exc:  # noqa: BLE001 - never fail training for a cost figure
+            log.warning("colabkit: no energy figures: %s", exc)
+            return None
+
+    def add_lost_steps(self, steps: int) -> None:
+        """Batches this run trains a second time (a resume restored an older step than the last one reached)."""
+        if self.cost is not None and steps > 0:
+            self.cost.lost_steps += int(steps)
 
     def __enter__(self):
         return self.start()
@@ -313,7 +342,9 @@ class HealthMonitor:
         tick = min(0.25, self.sample_every)
         while not self._stop.is_set():
             now = time.monotonic()
-            for due, task in ((now >= next_sample, self.sampler.sample), (True, lambda now=now: self._watch(now)),
+            for due, task in ((now >= next_sample, self.sampler.sample),
+                              (now >= next_sample and self.cost is not None, lambda: self.cost.sample()),
+                              (True, lambda now=now: self._watch(now)),
                               (now >= next_verdict, self._announce),
                               (now >= next_beat and self.heartbeat_path is not None, self._heartbeat)):
                 if not due:
@@ -475,7 +506,8 @@ class HealthMonitor:
 
     def report(self) -> dict:
         """A plain dict: step_time_s, input_fraction, input_kind, gpu_utilization (per GPU, None without GPUs),
-        gpus, host, throttled {share, reasons, per_gpu}, verdict (the first line), verdicts, hangs, text."""
+        gpus, host, throttled {share, reasons, per_gpu}, verdict (the first line), verdicts, hangs, energy (GPU-hours,
+        kWh, money, cloud equivalent: see colabkit.health.runcost; None if not measured), text."""
         window = self._window()
         share, samples = self.input_fraction()
         gpus = window.get("gpus", [])
@@ -500,9 +532,21 @@ class HealthMonitor:
             "hangs": [dict(h) for h in self.hangs],
             "epochs": [dict(values, epoch=e) for e, values in self.epochs],
             "updated": time.time(),
+            "energy": self._energy(),
         }
         data["text"] = _text(data)
         return data
+
+    def _energy(self) -> dict | None:
+        if self.cost is None:
+            return None
+        try:
+            if self.running:
+                self.cost.sample()
+            return self.cost.summary()
+        except Exception:
+            log.debug("colabkit: energy summary failed", exc_info=True)
+            return None
 
     def text(self) -> str:
         return self.report()["text"]
@@ -547,6 +591,8 @@ def _text(r: dict) -> str:
     if h.get("cpu_percent") is not None:
         lines.append(f"host: CPU {h['cpu_percent']:.0f}% · RAM {h['ram_percent']:.0f}% · this process "
                      f"{_gib(h['rss'])} GiB")
+    if r.get("energy"):
+        lines.append(r["energy"]["text"])
     lines.append(f"verdict: {r['verdict']}")
     lines += [f"also: {v['text']}" for v in r["verdicts"][1:]]
     for hang in r["hangs"][-3:]:

@@ -72,6 +72,7 @@ from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..checkpoints.folder import InvalidCheckpoint  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.recorder import ensure_recording  # noqa: E402
+from ..health.progress import start_mark  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -161,6 +162,8 @@ class AccelerateResume(RunAttributes):
         self._signals = SignalLatch(self._loop_running)
         self._watch = None
         self._restore()
+        # books the batches this resume trains again in the cost ledger (the main process speaks for the run)
+        self._step_mark = start_mark(directory, self.step) if self._main else None
 
     # the run record (colabkit.resume.run): events, deadline, verbose, ... come from RunAttributes
     checkpoints = recorded("checkpoints")
@@ -323,6 +326,8 @@ class AccelerateResume(RunAttributes):
             self.step += 1
             self.batch += 1
             self._since_save += 1
+            if self._step_mark is not None:
+                self._step_mark.reached(self.step)
             if self._after_batch():
                 # a deadline stop: raised here, inside the epoch's body, so that the code after this loop
                 # (evaluation, logging) does not run on the partial epoch, nor do the notebook's later cells

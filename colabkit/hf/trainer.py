@@ -28,6 +28,7 @@ from .. import mounts  # noqa: E402
 from ..checkpoints.api import Checkpoints  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.recorder import ensure_recording  # noqa: E402
+from ..health.progress import start_mark  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -175,10 +176,14 @@ class AutoResume(transformers.TrainerCallback, RunAttributes):
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         if state.is_world_process_zero:
             self.checkpoints.claim()   # a second writer to the folder fails now, not at the first save
+            # books the steps this resume trains again in the cost ledger
+            self._step_mark = start_mark(self.directory, state.global_step)
         self._signals.install()
 
     def on_step_end(self, args, state, control, **kwargs):
         deadline, reason = None, None
+        if getattr(self, "_step_mark", None) is not None:
+            self._step_mark.reached(state.global_step)
         if state.is_world_process_zero:   # one clock decides (rank 0's); signals count from every rank
             deadline = self._watch.due(self._estimated_save_s()) if self._watch is not None else None
             policy = SavePolicy(self.save_freq, self.every)

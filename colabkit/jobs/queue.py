@@ -144,6 +144,9 @@ class Runner:
         self.bar = self._bar(progress)
         self.line = None               # this queue's place in the machine's GPU line (devices.claims.Line)
         self.blocked_said: dict = {}   # slot label -> the reason last said for not starting a job there
+        self.costs: dict = {}          # job name -> [health.runcost.RunCost], one per attempt
+        self._rapl = None              # the CPU's energy counters, read once for all running jobs
+        self._next_energy = 0.0
 
     # output -----------------------------------------------------------------------------------------
     def _bar(self, progress):
@@ -182,7 +185,7 @@ class Runner:
                 "started": self.started_at, "updated": time.time(),
                 "interrupted_by": None if self.stop_signal is None else signal.Signals(self.stop_signal).name,
                 "slots": [s.label for s in self.slots], **self.summary_extra,
-                "jobs": [s.as_dict() for s in self.states]}
+                "jobs": [dict(s.as_dict(), energy=self.job_energy(s.job.name)) for s in self.states]}
         tmp = self.run_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(data, indent=2))
         os.replace(tmp, self.run_dir / "summary.json")
@@ -240,9 +243,91 @@ class Runner:
             self.say(f"[{self.stamp()}] could not start {state.job.name}: {error}")
             return
         state.process, state.pids = proc, {proc.pid}
+        self._start_cost(state, slot, proc.pid)
         threading.Thread(target=self._wait, args=(state, proc), daemon=True).start()
         self.say(f"[{self.stamp()}] start   {state.job.name} on {slot.label} ({tries}) -> "
                  f"{display_path(state.log)}")
+
+    # energy and money ---------------------------------------------------------------------------------
+    def _start_cost(self, state: JobState, slot: Slot, pid: int) -> None:
+        """Meter the attempt's energy by its slot's GPUs (its process tree is the run's own on them)."""
+        try:
+            from ..devices.nvml import open_nvml
+            from ..health.energy import Rapl, own_process_tree
+            from ..health.runcost import RunCost
+            handles = []
+            if slot.gpus:
+                nv = open_nvml()
+                for g in slot.gpus:
+                    with contextlib.suppress(nv.NVMLError):
+                        handles.append((g.index, nv.nvmlDeviceGetHandleByUUID(g.uuid)))
+            if self._rapl is None:
+                self._rapl = Rapl()
+            cost = RunCost("job", fallback=state.job.name, gpus=handles, cpu=False,
+                           own_pids=lambda: own_process_tree(pid)).start()
+            self.costs.setdefault(state.job.name, []).append(cost)
+        except Exception as exc:  # noqa: BLE001 - a cost figure is never worth failing a job
+            self.say(f"[{self.stamp()}] no energy figures for {state.job.name}: {exc}")
+
+    def _sample_costs(self, force: bool = False) -> None:
+        if not force and time.monotonic() < self._next_energy:
+            return
+        self._next_energy = time.monotonic() + 1.0
+        running = [c for costs in self.costs.values() for c in costs if not c.final]
+        cpu_j = self._rapl.sample() if self._rapl is not None and self._rapl.available else None
+        for cost in running:
+            if cpu_j is not None:
+                # the whole CPU's energy, split evenly between the jobs running now: an estimate when shared
+                cost.meter.add_cpu(cpu_j / len(running), estimate=len(running) > 1)
+            cost.sample()
+
+    def _end_cost(self, state: JobState, lost: bool) -> str:
+        """Book the attempt that just ended (its GPU-hours count as lost when it failed or hung); its line."""
+        costs = self.costs.get(state.job.name) or []
+        if not costs or costs[-1].final:
+            return ""
+        self._sample_costs(force=True)
+        cost = costs[-1]
+        if lost:
+            cost.lost_gpu_hours = cost.meter.reading()["gpu_hours"]
+        cost.book(final=True)
+        return cost.summary()["text"]
+
+    def job_energy(self, name: str) -> dict | None:
+        """The job's attempts together: gpu_hours, kwh, gpu_kwh, cpu_kwh, money, cloud_cost, lost_gpu_hours,
+        estimate, currency, attempts: [each attempt's summary]."""
+        costs = self.costs.get(name)
+        if not costs:
+            return None
+        parts = [c.summary() for c in costs]
+        out = {"attempts": [{k: v for k, v in p.items() if k != "text"} for p in parts],
+               "estimate": any(p["estimate"] for p in parts), "currency": parts[-1]["currency"],
+               "gpus": parts[-1]["gpus"]}
+        for key in ("gpu_hours", "kwh", "gpu_kwh", "cpu_kwh", "money", "cloud_cost", "lost_gpu_hours"):
+            values = [p[key] for p in parts if p.get(key) is not None]
+            out[key] = sum(values) if values else None
+        return out
+
+    def energy_total(self) -> str:
+        """Every attempt of this run together, in one line ("" when nothing was metered)."""
+        parts = [c.summary() for costs in self.costs.values() for c in costs]
+        if not parts:
+            return ""
+        from ..health.prices import num
+        approx = "~" if any(p["estimate"] for p in parts) else ""
+        kwh = [p["kwh"] for p in parts if p["kwh"] is not None]
+        money = [p["money"] for p in parts if p["money"] is not None]
+        cloud = [p["cloud_cost"] for p in parts if p["cloud_cost"] is not None]
+        lost = sum(p["lost_gpu_hours"] for p in parts)
+        text = f"energy of all jobs: {num(sum(p['gpu_hours'] for p in parts))} GPU-h"
+        text += f" · {approx}{num(sum(kwh))} kWh" if kwh else " · kWh n/a"
+        if money:
+            text += f" · {approx}{num(sum(money))} {parts[0]['currency']}"
+        if cloud:
+            text += f" · cloud {num(sum(cloud))} {parts[0]['cloud']['currency']}"
+        if lost:
+            text += f" · lost to failed or hung attempts {num(lost)} GPU-h"
+        return text + " (colabkit costs sums them over time)"
 
     def _wait(self, state: JobState, proc) -> None:
         self.events.put(("exit", state, proc, proc.wait()))
@@ -283,6 +368,9 @@ class Runner:
         report = RunReport(self.run_dir, self.states, [s.label for s in self.slots], code,
                            None if self.stop_signal is None else signal.Signals(self.stop_signal).name)
         self.say(report.table())
+        total = self.energy_total()
+        if total:
+            self.say(f"colabkit run: {total}")
         failed = [s.job.name for s in self.states if s.status == "failed"]
         where = display_path(self.run_dir)
         if report.interrupted:
@@ -337,6 +425,7 @@ class Runner:
                 self._kill_all(f"grace period of {self.grace:g}s is over")
             if self.stop_signal is None:
                 self._check_hangs()
+            self._sample_costs()
 
     # hung jobs --------------------------------------------------------------------------------------
     def _check_hangs(self) -> None:
@@ -409,6 +498,8 @@ class Runner:
         for slot in freed:
             self.release_slot(slot)
         how = self.describe_exit(state, returncode)
+        # a failed or hung attempt's GPU-hours are lost; one the queue was told to stop is not (it saved)
+        energy = self._end_cost(state, lost=state.hung is not None or (returncode != 0 and not state.signalled))
         if state.hung is not None:
             state.history[-1]["hung"] = state.hung
             state.signalled, state.kill_at = False, None
@@ -418,7 +509,7 @@ class Runner:
             self.say(f"[{self.stamp()}] stopped {state.job.name} ({how})")
         elif returncode == 0 and state.hung is None:
             state.status = "ok"
-            self.say(f"[{self.stamp()}] done    {state.job.name} in {seconds:.1f}s")
+            self.say(f"[{self.stamp()}] done    {state.job.name} in {seconds:.1f}s" + (f"; {energy}" if energy else ""))
         elif self.stop_signal is not None:
             state.status = "failed"
             self.say(f"[{self.stamp()}] failed  {state.job.name} ({how}) while the queue was stopping")

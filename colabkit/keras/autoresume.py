@@ -43,6 +43,7 @@ from ..checkpoints.buffers import total_nbytes  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
 from ..health.recorder import ensure_recording  # noqa: E402
+from ..health.progress import start_mark  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -196,6 +197,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         self._mw = None               # the multi-worker Coordinator (colabkit.keras.multiworker) or None
         self._random_noted = False    # a resumed run looked for random ops no checkpoint holds
         self._callback_notes = set()  # what restoring the other callbacks said
+        self._step_mark = None        # health.progress.StepMark: the last step reached, for the next resume
 
     # the run record (colabkit.resume.run): events, deadline, verbose, ... come from RunAttributes
     checkpoints = recorded("checkpoints")
@@ -255,6 +257,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
                 monitor._install_train_function(self.model)
             self._state_nbytes = self.checkpoints.prepare_snapshot([v for group in self._variables() for v in group])
             self._restore_and_position(here)
+            if self._mw is None or self._mw.is_chief:   # books the batches this resume trains again (ledger)
+                self._step_mark = start_mark(self.directory, self._step)
             self._guard_train_function()
             saved = self._saved_callback_states()
             if saved is not None:   # a resumed run: CSVLogger appends to its file, cut back to the checkpoint's
@@ -349,6 +353,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             self._note_stateful_random()
         self._step += new
         self._batches_since_save += new
+        if self._step_mark is not None:
+            self._step_mark.reached(self._step)
         # after an epoch's last batch the position is the next epoch's start: a resume then has no batch
         # left to skip in an epoch that would otherwise end without a single trained step
         position = (self._epoch + 1, 0) if steps and batch + 1 >= steps else (self._epoch, batch + 1)

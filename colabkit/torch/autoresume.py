@@ -40,6 +40,7 @@ from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.recorder import ensure_recording  # noqa: E402
+from ..health.progress import start_mark  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -147,6 +148,8 @@ class AutoResume(RunAttributes):
         self._watch = None
         self._state_nbytes = 0
         self._restore()
+        # books the batches this resume trains again in the cost ledger (rank 0 speaks for the run)
+        self._step_mark = start_mark(directory, self.step) if self._rank == 0 else None
 
     # the run record (colabkit.resume.run): events, deadline, verbose, ... come from RunAttributes
     checkpoints = recorded("checkpoints")
@@ -261,6 +264,8 @@ class AutoResume(RunAttributes):
         for batch in iterator:
             yield batch
             self.step += 1
+            if self._step_mark is not None:
+                self._step_mark.reached(self.step)
             self.batch += 1
             self._since_save += 1
             if self._after_batch():

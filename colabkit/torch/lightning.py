@@ -40,6 +40,7 @@ from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..checkpoints.destinations import resolve_destination  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.recorder import ensure_recording  # noqa: E402
+from ..health.progress import start_mark  # noqa: E402
 from .checks import check_generators, check_optimizer_state, check_rng, check_schedule  # noqa: E402
 from .loader import generators_of, set_generators  # noqa: E402
 from .state import (  # noqa: E402
@@ -348,6 +349,7 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         self._at_epoch_end = False   # saving at an epoch's end (the next epoch's order comes from the generators)
         self._epoch_generators = None   # (epoch, the train loader's generator states once the epoch drew from them)
         self._since_save, self._last_save_time = 0, time.time()
+        self._step_mark = None       # health.progress.StepMark: the last step reached, for the next resume
         self._signals = SignalLatch()
         self._watch = None
 
@@ -396,6 +398,8 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
                       f"torchdata.stateful_dataloader.StatefulDataLoader for an exact mid-epoch resume.")
         if trainer.global_rank == 0:
             self.checkpoint_io.store().claim()
+            # books the steps this resume trains again in the cost ledger
+            self._step_mark = start_mark(self.directory, trainer.global_step)
         self._install_signal_handlers()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -414,6 +418,8 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._since_save += 1
+        if self._step_mark is not None:
+            self._step_mark.reached(trainer.global_step)
         if _on_last_batch(trainer):
             # Lightning's loops restored from a save taken after an epoch's last step skip the next epoch
             # (Lightning 2.6): what is due now is saved at the epoch's end instead, as that epoch's end

@@ -417,3 +417,4 @@ def nvmlDeviceGetEnforcedPowerLimit(handle):
     return int(_field(_whole_gpu(handle), "power_limit") * 1000)   # mW
 from ._doctor import *  # noqa: E402,F401,F403
 from ._recorder import *  # noqa: E402,F401,F403
+from ._energy import *  # noqa: E402,F401,F403
