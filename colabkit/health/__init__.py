@@ -12,14 +12,16 @@
 Modules: health_monitor.py (HealthMonitor: the measurements and report; ``monitor()`` here starts one),
 sampler.py (NVML through colabkit.devices.nvml, and psutil), verdicts.py (thresholds and advice), watchdog.py
 (hang budgets, stack dumps, heartbeat), keras_monitor.py (the Keras callback, ``colabkit.keras.Monitor``),
-plots.py (live plots: matplotlib into an ipywidgets Image; text in a terminal). Importing this package imports
+plots.py (live plots: matplotlib into an ipywidgets Image; text in a terminal), thermal.py (ThermalGuard: every
+AutoResume pauses between steps while a GPU is too hot). Importing this package imports
 no framework, NVML or matplotlib.
 """
 from __future__ import annotations
 
 from .health_monitor import HealthMonitor, latest_monitor
+from .thermal import ThermalGuard
 
-__all__ = ["HealthMonitor", "latest_monitor", "monitor"]
+__all__ = ["HealthMonitor", "ThermalGuard", "latest_monitor", "monitor"]
 
 
 def monitor(directory=None, **options) -> HealthMonitor:

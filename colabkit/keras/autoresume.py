@@ -42,6 +42,7 @@ from ..checkpoints.api import Checkpoints  # noqa: E402
 from ..checkpoints.buffers import total_nbytes  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
+from ..health.thermal import guard_for  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -86,6 +87,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         monitor: True (or a dict of options, or a ``colabkit.keras.Monitor``) to watch training health in the
             same fit(): step time, input share, GPU throttling, verdicts and the hang watchdog, which knows
             these checkpoint saves (they get a hang budget of their own). ``self.monitor`` is the callback.
+        thermal_guard: None (the thermal_guard setting, on by default), True, False, or a
+            ``colabkit.health.ThermalGuard``: training waits between batches while a GPU stays too hot.
 
     What a resume restores: every variable Keras tracks, matched by where it sits in the model (attribute
     names and, in lists, class names: the same code finds each variable at the same place), including
@@ -101,7 +104,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
 
     def __init__(self, directory=None, save_freq="epoch", double_checkpoint=False, delete_checkpoint=False,
                  every=None, keep=None, deadline="auto", deadline_margin=None, keep_every=None, verbose=1,
-                 local_dir=None, resume_from=None, *, backup_dir=None, monitor=False):
+                 local_dir=None, resume_from=None, *, backup_dir=None, monitor=False, thermal_guard=None):
         super().__init__()
         # what the status panel shows of this run (colabkit.resume.run)
         self.record = Run(self, "colabkit.keras.AutoResume", deadline=deadline, verbose=verbose)
@@ -139,6 +142,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             # refused before the store opens, so a typo leaves nothing open
             raise TypeError(f"AutoResume(monitor={monitor!r}): expected True, False, a dict of "
                             f"colabkit.keras.Monitor options or a colabkit.keras.Monitor.")
+        self._thermal = guard_for(thermal_guard, self.record)   # pauses between batches while a GPU is too hot
         self.checkpoints = Checkpoints(directory, **self._checkpoint_args)
         self._checkpoints_closed = False   # delete_checkpoint closed them: the next fit() opens new ones
         self.monitor = self._make_monitor(monitor)
@@ -244,6 +248,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             self.model.optimizer.build(self.model.trainable_variables)
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers(here)
+        if self._thermal is not None:
+            self._thermal.start()
         from .multiworker import coordinator_for
         self._mw = coordinator_for(self.model)   # a MultiWorkerMirroredStrategy run: saves are agreed on
         try:
@@ -350,6 +356,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         # after an epoch's last batch the position is the next epoch's start: a resume then has no batch
         # left to skip in an epoch that would otherwise end without a single trained step
         position = (self._epoch + 1, 0) if steps and batch + 1 >= steps else (self._epoch, batch + 1)
+        if self._thermal is not None:   # a hot GPU: wait here, between two batches (a signal or deadline ends it)
+            self._thermal.wait_if_hot(self._pause_must_end)
         policy = self._save_policy()
         deadline = self._watch.due(self._estimated_save_s())
         every_due = policy.every_due(time.time() - self._last_save_time)
@@ -375,6 +383,13 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             return
         if decision:
             self._save(position, reason=decision.reason)
+
+    def _pause_must_end(self):
+        """Why a thermal pause must end early (a signal, a deadline's save due), or None."""
+        if self._interrupt:
+            return f"{self._interrupt} received"
+        deadline = self._watch.due(self._estimated_save_s())
+        return None if deadline is None else f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
 
     def _save_policy(self) -> SavePolicy:
         """save_freq (a number of batches; "epoch" saves are on_epoch_end's) and every, as they are set now."""

@@ -39,6 +39,7 @@ torch = require("torch", "torch", "colabkit.torch.AutoResume")
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
+from ..health.thermal import guard_for  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -94,6 +95,8 @@ class AutoResume(RunAttributes):
         keep: committed checkpoints to keep (default: the configured ``keep``, 3).
         verbose: 1 prints one line per resume/deadline/interrupt; 0 is silent (logging still records).
         local_dir, keep_every, resume_from: as for `colabkit.Checkpoints`.
+        thermal_guard: None (the thermal_guard setting, on by default), True, False, or a
+            ``colabkit.health.ThermalGuard``: training waits between batches while a GPU stays too hot.
         **objects: the training state, by name: anything with ``state_dict()`` and ``load_state_dict()``.
             ``DataParallel`` / ``DistributedDataParallel`` (and ``torch.compile``) wrappers are unwrapped, so a
             checkpoint's keys are the model's own.
@@ -113,7 +116,7 @@ class AutoResume(RunAttributes):
     """
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
-                 keep_every=None, verbose=1, local_dir=None, resume_from=None, **objects):
+                 keep_every=None, verbose=1, local_dir=None, resume_from=None, thermal_guard=None, **objects):
         every = check_schedule(save_freq, every)
         check_objects(objects)
         self._dist = process_group()        # torch.distributed with more than one process: rank 0 writes
@@ -124,6 +127,7 @@ class AutoResume(RunAttributes):
         self.deadline = deadline
         self.margin_floor = schedule.margin_floor(deadline_margin)
         watch_for(deadline, started_at=time.time())   # validate it now, not at the first epoch
+        self._thermal = guard_for(thermal_guard, self.record)   # pauses between batches while a GPU is too hot
         self.objects = dict(objects)
         self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
                                        resume_from=resume_from)
@@ -209,6 +213,8 @@ class AutoResume(RunAttributes):
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._loop_frame = sys._getframe(1)   # the frame running ``for epoch in ar.epochs(n)``
         self._install_signal_handlers()
+        if self._thermal is not None:
+            self._thermal.start()
         try:
             if self._rank == 0:
                 self.checkpoints.claim()
@@ -231,6 +237,8 @@ class AutoResume(RunAttributes):
                 self._say(f"the final checkpoint (step {self.step}) is not on {self.directory} yet: "
                           f"{self._saved_where(False)}")
         finally:
+            if self._thermal is not None:
+                self._thermal.stop()
             self._restore_signal_handlers()
             self._release_if_committed()
 
@@ -261,6 +269,8 @@ class AutoResume(RunAttributes):
             self.step += 1
             self.batch += 1
             self._since_save += 1
+            if self._thermal is not None:   # a hot GPU: wait here, between two batches (a signal or deadline ends it)
+                self._thermal.wait_if_hot(self._pause_must_end)
             if self._after_batch():
                 # a deadline stop: raised here, inside the epoch's body, so that the code after this loop
                 # (validation, logging, a scheduler step) does not run on the partial epoch, nor do later cells
@@ -306,6 +316,13 @@ class AutoResume(RunAttributes):
         elif save is not None:
             self._save(reason=save)
         return False
+
+    def _pause_must_end(self):
+        """Why a thermal pause must end early (a signal, a deadline's save due), or None."""
+        if self._interrupt:
+            return f"{self._interrupt} received"
+        deadline = self._watch.due(self._estimated_save_s()) if self._watch is not None else None
+        return None if deadline is None else f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
 
     def _check_interrupt(self) -> bool:
         """A signal arrived: save, commit, then pass it on. True when training stops."""
