@@ -21,7 +21,7 @@ from ..devices.nvml import SourceUnavailable, call, open_nvml, visible_handles
 from ..units import format_duration
 from .sampler import REASONS
 
-__all__ = ["ThermalGuard", "guard_for"]
+__all__ = ["ThermalGuard", "guard_for", "pause_must_end"]
 
 log = logging.getLogger("colabkit")
 
@@ -285,3 +285,13 @@ def guard_for(option, run=None) -> ThermalGuard | None:
         raise TypeError(f"thermal_guard={option!r}: expected True, False, None (the thermal_guard setting) or a "
                         f"colabkit.health.ThermalGuard.")
     return guard.attach(run) if run is not None else guard
+
+
+def pause_must_end(interrupt, watch, estimated_save_s) -> str | None:
+    """Why an AutoResume's thermal pause must end now, or None: ``interrupt`` (the signal latched, e.g. "SIGTERM"),
+    or a deadline of ``watch`` (colabkit.deadline.DeadlineWatch, or None) whose save is due, given the estimated
+    seconds a save takes (``estimated_save_s()``)."""
+    if interrupt:
+        return f"{interrupt} received"
+    deadline = watch.due(estimated_save_s()) if watch is not None else None
+    return None if deadline is None else f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"

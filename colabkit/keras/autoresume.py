@@ -42,7 +42,7 @@ from ..checkpoints.api import Checkpoints  # noqa: E402
 from ..checkpoints.buffers import total_nbytes  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
-from ..health.thermal import guard_for  # noqa: E402
+from ..health.thermal import guard_for, pause_must_end  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -386,10 +386,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
 
     def _pause_must_end(self):
         """Why a thermal pause must end early (a signal, a deadline's save due), or None."""
-        if self._interrupt:
-            return f"{self._interrupt} received"
-        deadline = self._watch.due(self._estimated_save_s())
-        return None if deadline is None else f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
+        return pause_must_end(self._interrupt, self._watch, self._estimated_save_s)
 
     def _save_policy(self) -> SavePolicy:
         """save_freq (a number of batches; "epoch" saves are on_epoch_end's) and every, as they are set now."""

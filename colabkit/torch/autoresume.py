@@ -39,7 +39,7 @@ torch = require("torch", "torch", "colabkit.torch.AutoResume")
 from ..checkpoints import untrusted  # noqa: E402
 from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
-from ..health.thermal import guard_for  # noqa: E402
+from ..health.thermal import guard_for, pause_must_end  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -319,10 +319,7 @@ class AutoResume(RunAttributes):
 
     def _pause_must_end(self):
         """Why a thermal pause must end early (a signal, a deadline's save due), or None."""
-        if self._interrupt:
-            return f"{self._interrupt} received"
-        deadline = self._watch.due(self._estimated_save_s()) if self._watch is not None else None
-        return None if deadline is None else f"{deadline.reason} is {format_duration(deadline.at - time.time())} away"
+        return pause_must_end(self._interrupt, self._watch, self._estimated_save_s)
 
     def _check_interrupt(self) -> bool:
         """A signal arrived: save, commit, then pass it on. True when training stops."""
