@@ -12,16 +12,20 @@ near) ends a pause early, so that the training loop saves and stops as it would 
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 
 from .. import config
 from ..devices.nvml import SourceUnavailable, call, open_nvml, visible_handles
 from ..units import format_duration
 from .sampler import REASONS
 
-__all__ = ["ThermalGuard", "guard_for", "pause_must_end"]
+__all__ = ["ThermalGuard", "guard_for", "pause_must_end", "runner_note"]
 
 log = logging.getLogger("colabkit")
 
@@ -52,13 +56,17 @@ class ThermalGuard:
         slowdown_for: seconds (or "30s") a GPU must stay hot before training pauses (thermal_slowdown_for).
         power_limit: "250W" / "80%" / "off": also lower a hot GPU's power limit (thermal_power_limit).
         poll_s: seconds between NVML reads.
+        gpus: NVML indexes of the GPUs to watch (None: those this process sees, CUDA_VISIBLE_DEVICES).
+        tell_job_runner: in a `colabkit run` job, leave a note for the runner that this process pauses itself
+            between steps (so the runner does not stop the whole process when a GPU is hot).
 
     ``attach(run)`` sends its messages and events to a run record (colabkit.resume.run.Run); ``start()`` /
     ``stop()`` around training; ``wait_if_hot(should_stop)`` between steps.
     """
 
     def __init__(self, *, max_gpu_temperature=_FROM_SETTINGS, resume_margin=_FROM_SETTINGS,
-                 slowdown_for=_FROM_SETTINGS, power_limit=_FROM_SETTINGS, poll_s: float = 5.0):
+                 slowdown_for=_FROM_SETTINGS, power_limit=_FROM_SETTINGS, poll_s: float = 5.0, gpus=None,
+                 tell_job_runner: bool = True):
         settings = None
         values = {}
         for name, arg in (("max_gpu_temperature", max_gpu_temperature), ("thermal_resume_margin", resume_margin),
@@ -76,11 +84,14 @@ class ThermalGuard:
             raise ValueError(f"ThermalGuard(poll_s={poll_s!r}): expected seconds between NVML reads, above 0 and "
                              f"at most 600 (e.g. 5).")
         self.poll_s = float(poll_s)
+        self.gpu_indexes = None if gpus is None else [int(i) for i in gpus]
+        self.tell_job_runner = tell_job_runner
         self.pauses: list = []        # (started, ended, GPU index, why) of every pause so far
         self.note = ""                # why the guard watches nothing (no NVML, no GPU), or ""
         self._say = lambda message: log.info("colabkit: %s", message)
         self._event = lambda kind, detail: None
         self._pause = None            # the pause in force (set by the watcher thread), or None
+        self._last_pause = None       # the pause that ended last
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = None
@@ -94,6 +105,12 @@ class ThermalGuard:
         self._say, self._event = run.say, run.event
         return self
 
+    def _monitors(self) -> list:
+        """The training monitors that must not take a pause for a hang: the newest running one of this process."""
+        from .health_monitor import latest_monitor
+        mon = latest_monitor()
+        return [mon] if mon is not None and mon.running else []
+
     # -- the watcher thread ----------------------------------------------------------------------------------
     def start(self) -> bool:
         """Open NVML (in this thread) and start watching the GPUs this process sees. False where there is nothing
@@ -102,7 +119,8 @@ class ThermalGuard:
             return True
         try:
             self._nv = nv = open_nvml()
-            handles = visible_handles(nv)
+            handles = (visible_handles(nv) if self.gpu_indexes is None else
+                       [(i, nv.nvmlDeviceGetHandleByIndex(i)) for i in self.gpu_indexes])
         except SourceUnavailable as exc:
             self.note = f"no GPU temperatures: {exc}"
             return False
@@ -122,6 +140,8 @@ class ThermalGuard:
             log.debug("colabkit: thermal guard read failed", exc_info=True)
         self._thread = threading.Thread(target=self._watch, name="colabkit-thermal-guard", daemon=True)
         self._thread.start()
+        if self.tell_job_runner:
+            _tell_job_runner()
         return True
 
     def stop(self) -> None:
@@ -191,7 +211,7 @@ class ThermalGuard:
                 pause.resume_below[index] = trigger[1]
             self._lower_power_limit(index, handle)
         if pause is not None and not pause.resume_below:
-            pause = None
+            self._last_pause, pause = pause, None
         with self._lock:
             self._pause = pause
 
@@ -201,6 +221,26 @@ class ThermalGuard:
         """A GPU is too hot now: the next ``wait_if_hot`` waits."""
         return self._pause is not None
 
+    def describe(self) -> str | None:
+        """The pause in force in words ("GPU 1 at 92 C (thermal slowdown for 45s)"), or None."""
+        pause = self._pause
+        if pause is None:
+            return None
+        temperature = "?" if pause.temperature is None else f"{pause.temperature:.0f}"
+        return f"GPU {pause.index} at {temperature} C ({pause.why})"
+
+    def until(self) -> str | None:
+        """What ends the pause in force ("it cools below 85 C"), or None."""
+        pause = self._pause
+        return None if pause is None else pause.until()
+
+    def cooled(self) -> str:
+        """What the last pause's GPU did once it ended ("GPU 1 cooled to 84 C")."""
+        pause = self._last_pause
+        if pause is None:
+            return "the GPUs cooled"
+        return f"GPU {pause.index} cooled" + ("" if pause.cooled_to is None else f" to {pause.cooled_to:.0f} C")
+
     def wait_if_hot(self, should_stop=None) -> float:
         """Between two steps: while a GPU is too hot, wait until it cooled (checking every 0.2 s whether
         ``should_stop()`` returns a reason, such as "SIGTERM received", to end the pause early). Returns the
@@ -209,22 +249,23 @@ class ThermalGuard:
         if pause is None:
             return 0.0
         began = time.monotonic()
-        temperature = "?" if pause.temperature is None else f"{pause.temperature:.0f}"
-        message = f"GPU {pause.index} at {temperature} C ({pause.why}): training paused until {pause.until()}"
+        message = f"{self.describe()}: training paused until {pause.until()}"
         self._say(message)
         self._event("thermal-pause", message)
         why = None
-        while self._pause is pause and self._thread is not None:
-            why = should_stop() if should_stop is not None else None
-            if why:
-                break
-            self._stopping.wait(min(0.2, self.poll_s))
+        with contextlib.ExitStack() as stack:
+            for mon in self._monitors():
+                stack.enter_context(mon.paused())
+            while self._pause is pause and self._thread is not None:
+                why = should_stop() if should_stop is not None else None
+                if why:
+                    break
+                self._stopping.wait(min(0.2, self.poll_s))
         waited = time.monotonic() - began
         if why:
             message = f"thermal pause ended early after {format_duration(waited)}: {why}"
         else:
-            cooled = "" if pause.cooled_to is None else f" to {pause.cooled_to:.0f} C"
-            message = f"GPU {pause.index} cooled{cooled} after {format_duration(waited)}; training resumes"
+            message = f"{self.cooled()} after {format_duration(waited)}; training resumes"
         self._say(message)
         self._event("thermal-resume", message)
         self.pauses.append((pause.started, time.time(), pause.index, pause.why))
@@ -268,6 +309,22 @@ class ThermalGuard:
             except self._nv.NVMLError as exc:
                 self._say(f"could not put GPU {index}'s power limit back to {old / 1000:.0f} W: {exc}")
         self._old_limits.clear()
+
+
+def runner_note(run_dir, job: str) -> Path:
+    """The file by which a `colabkit run` job says its training pauses itself while a GPU is hot."""
+    return Path(run_dir) / f"{job}.thermal-guard.json"
+
+
+def _tell_job_runner() -> None:
+    run_dir, job = os.environ.get("COLABKIT_RUN_DIR"), os.environ.get("COLABKIT_JOB")
+    if not run_dir or not job:
+        return
+    try:
+        runner_note(run_dir, job).write_text(json.dumps({"pid": os.getpid(),
+                                                         "attempt": os.environ.get("COLABKIT_JOB_ATTEMPT")}))
+    except OSError:
+        log.debug("colabkit: could not leave the thermal-guard note for colabkit run", exc_info=True)
 
 
 def guard_for(option, run=None) -> ThermalGuard | None:
