@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,42 @@ def test_max_gpu_temperature_alone_pauses_and_the_margin_decides_when_it_resumes
         assert not guard.paused
     finally:
         guard.stop()
+
+
+def test_a_training_monitor_takes_a_pause_for_neither_a_hang_nor_a_step(hot_gpu, tmp_path, monkeypatch):
+    import colabkit
+    from colabkit.health.watchdog import job_hang_reason, read_heartbeat
+    from colabkit.resume.run import Run
+    from tests.waiting import wait_for
+    for name, value in (("COLABKIT_RUN_DIR", str(tmp_path)), ("COLABKIT_JOB", "train"), ("COLABKIT_JOB_ATTEMPT", "1")):
+        monkeypatch.setenv(name, value)   # as in a `colabkit run` job: the monitor writes a heartbeat
+    beats, seen = tmp_path / "train.health.json", []
+    guard = _guard()
+    guard.attach(Run(guard, "test"))
+    with colabkit.monitor(tmp_path, hang_timeout="0.2s", first_step_timeout="0.2s", sample_every="0.1s",
+                          verbose=0) as mon:
+        for _ in range(5):
+            mon.step()
+        assert guard.start()
+        began = time.time()
+
+        def cool_once_watched_past_the_budget():
+            # the heartbeat, written by the watchdog's own thread, still shows the pause a second after it began,
+            # five hang budgets later
+            seen.append(wait_for(lambda: (b := read_heartbeat(beats)) and b["phase"] == "paused"
+                                 and b["updated"] > began + 1.0 and b, 60))
+            seen.append(job_hang_reason(beats, attempt=1, started=began - 10, log=tmp_path / "train.log",
+                                        timeout=0.2, now=time.time()))
+            _set_gpu(temperature=80, clocks_event_reasons=[])
+
+        cooler = threading.Thread(target=cool_once_watched_past_the_budget)
+        cooler.start()
+        guard.wait_if_hot()
+        cooler.join()
+        mon.step()
+    guard.stop()
+    assert mon.hangs == []
+    assert seen[0]["budget_s"] is None and seen[1] is None    # `colabkit run --hang-timeout 0.2s` kills nothing
 
 
 def test_power_limit_is_lowered_while_hot_and_put_back_where_permitted(hot_gpu, capsys):
