@@ -27,6 +27,7 @@ class JobThermal:
         self.runner = runner
         self.enabled = hasattr(signal, "SIGSTOP") and config.load().thermal_guard
         self.guards: dict = {}    # job name -> its ThermalGuard
+        self.left_alone: set = set()   # jobs too hot now whose training pauses itself (said once per pause)
 
     def watch(self, state, slot) -> None:
         """Start watching the GPUs of ``state``'s attempt that just started in ``slot``."""
@@ -43,9 +44,15 @@ class JobThermal:
             guard = self.guards.get(state.job.name)
             if guard is None or state.process is None:
                 continue
-            if state.paused is None and guard.paused and state.hung is None and not state.signalled \
-                    and not self._pauses_itself(state):
-                self._stop(state, guard)
+            if not guard.paused:
+                self.left_alone.discard(state.job.name)
+            if state.paused is None and guard.paused and state.hung is None and not state.signalled:
+                if not self._pauses_itself(state):
+                    self._stop(state, guard)
+                elif state.job.name not in self.left_alone:
+                    self.left_alone.add(state.job.name)
+                    self.runner.say(f"[{self.runner.stamp()}] hot     {state.job.name}: {guard.describe()}; its "
+                                    f"training pauses itself between steps")
             elif state.paused is not None and not guard.paused:
                 self.cont(state, f"{guard.cooled()} after {format_duration(time.time() - state.paused['since'])}")
 

@@ -62,7 +62,7 @@ def _guard(poll_s=0.02, **options):
 
 
 @pytest.fixture
-def hot_gpu(ck_env, monkeypatch, request):
+def hot_gpu(ck_env, monkeypatch, request):  # noqa: F811 - the shared fixture imported above
     """The hot GPU of hot_office.json; a PyTorch or TensorFlow loaded before stays loaded (neither imports twice)."""
     loaded = {name: sys.modules[name] for name in ("torch", "tensorflow") if name in sys.modules}
     use = request.getfixturevalue("fake_gpus")
@@ -238,7 +238,7 @@ def test_sigterm_during_a_pause_saves_and_stops(tmp_path, hot_gpu):
     assert any(line.startswith("colabkit: SIGTERM received: saved step 1 (") for line in lines), lines
 
 
-def test_bad_settings_are_refused_by_name(ck_env, monkeypatch):
+def test_bad_settings_are_refused_by_name(ck_env, monkeypatch):  # noqa: F811
     from colabkit import config
     from colabkit.health import ThermalGuard
     from colabkit.health.thermal import guard_for
