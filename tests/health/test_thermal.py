@@ -141,6 +141,42 @@ def test_torch_loop_waits_while_the_gpu_is_hot_and_ends_bit_equal(tmp_path, hot_
     assert ar.step == 16
 
 
+@pytest.mark.slow
+def test_accelerate_loop_waits_while_the_gpu_is_hot_and_ends_bit_equal(tmp_path, hot_gpu, capsys):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("accelerate")
+
+    def train(name, guard):
+        from accelerate import Accelerator
+
+        import colabkit.hf
+        torch.manual_seed(0)
+        accelerator = Accelerator(cpu=True)
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = torch.utils.data.TensorDataset(torch.randn(12, 3))
+        model, opt, loader = accelerator.prepare(model, opt, torch.utils.data.DataLoader(data, batch_size=4,
+                                                                                         shuffle=True))
+        ar = colabkit.hf.AccelerateResume(tmp_path / name, accelerator, deadline=None, thermal_guard=guard)
+        cooler = CoolOnPause(ar.record)
+        try:
+            for _ in ar.epochs(2):
+                for (x,) in ar.batches(loader):
+                    opt.zero_grad()
+                    accelerator.backward(model(x).sum())
+                    opt.step()
+        finally:
+            cooler.stop()
+            ar.close()
+        return model.weight.detach().clone()
+
+    plain = train("plain", False)
+    paused = train("paused", _guard())
+    out = capsys.readouterr().out
+    assert torch.equal(plain, paused)
+    assert len(_lines(out, "training paused")) == 1 and len(_lines(out, "training resumes")) == 1
+
+
 def test_max_gpu_temperature_alone_pauses_and_the_margin_decides_when_it_resumes(hot_gpu):
     from colabkit.resume.run import Run
     _set_gpu(temperature=86, clocks_event_reasons=[])
