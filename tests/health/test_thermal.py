@@ -105,7 +105,7 @@ def test_keras_fit_waits_while_the_gpu_is_hot_and_ends_bit_equal(tmp_path, hot_g
                                                                                         "thermal-resume"]
 
 
-def _torch_loop(directory, guard, cool=True):
+def _torch_loop(directory, guard, cool=True, deadline=None):
     import torch
 
     import colabkit.torch
@@ -114,7 +114,7 @@ def _torch_loop(directory, guard, cool=True):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
-    ar = colabkit.torch.AutoResume(str(directory), deadline=None, thermal_guard=guard, model=model, opt=opt)
+    ar = colabkit.torch.AutoResume(str(directory), deadline=deadline, thermal_guard=guard, model=model, opt=opt)
     cooler = CoolOnPause(ar.record) if cool else None
     try:
         for _epoch in ar.epochs(2):
@@ -175,6 +175,18 @@ def test_accelerate_loop_waits_while_the_gpu_is_hot_and_ends_bit_equal(tmp_path,
     out = capsys.readouterr().out
     assert torch.equal(plain, paused)
     assert len(_lines(out, "training paused")) == 1 and len(_lines(out, "training resumes")) == 1
+
+
+def test_a_deadline_ends_a_pause_and_its_save_and_stop_follow(tmp_path, hot_gpu, capsys):
+    pytest.importorskip("torch")
+    import colabkit.torch
+    # a 30s budget is inside the 60s deadline margin: its save is due at the first batch, on a GPU that never cools
+    with pytest.raises(colabkit.torch.Stopped, match=r"saved step 1 .* and stopped training"):
+        _torch_loop(tmp_path / "run", _guard(), cool=False, deadline="30s")
+    out = capsys.readouterr().out
+    assert len(_lines(out, "training paused")) == 1
+    ended = _lines(out, "thermal pause ended early after ")
+    assert len(ended) == 1 and "the 30s time budget is" in ended[0], out
 
 
 def test_max_gpu_temperature_alone_pauses_and_the_margin_decides_when_it_resumes(hot_gpu):
