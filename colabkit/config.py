@@ -118,18 +118,19 @@ def _temperature_or_none(value: Any, name: str):
     number = _number(value)
     if number is None or not 20 <= number <= 120:
         raise ValueError(f"{name}={value!r} must be a GPU temperature in C between 20 and 120, or \"none\".")
-    return number
+    return _whole(number)
 
 
 def _degrees(value: Any, name: str) -> float:
     number = _number(value)
     if number is None or not 0 < number <= 50:
         raise ValueError(f"{name}={value!r} must be a number of degrees C above 0 and at most 50 (e.g. 5).")
-    return number
+    return _whole(number)
 
 
 def _power_limit(value: Any, name: str):
-    """None ("off") or (number, "W" | "%"): a power limit for a hot GPU, in watts or % of its default limit."""
+    """None ("off") or "250W" / "80%": a power limit for a hot GPU, in watts or % of its default limit (see
+    power_limit_parts)."""
     text = str(value).strip().lower() if value is not None and not isinstance(value, bool) else "off"
     if value is None or text in ("off", "none"):
         return None
@@ -138,7 +139,17 @@ def _power_limit(value: Any, name: str):
     if number is None or number <= 0 or (unit == "%" and number > 100):
         raise ValueError(f"{name}={value!r} must be \"off\", watts (\"250W\") or a share of the default "
                          f"limit (\"80%\").")
-    return (number, unit)
+    return f"{_whole(number)}{unit}"
+
+
+def power_limit_parts(text: str) -> tuple:
+    """(number, "W" | "%") of a parsed thermal_power_limit ("250W", "80%")."""
+    return float(text[:-1]), text[-1]
+
+
+def _whole(number: float):
+    """An int where the number is whole (shown as 83, not 83.0)."""
+    return int(number) if number == int(number) else number
 
 
 def _number(value: Any) -> float | None:
@@ -208,7 +219,7 @@ FIELDS = (
            "max_gpu_temperature), until it cools; every AutoResume and `colabkit run`."),
     _Field("max_gpu_temperature", _temperature_or_none, None, 'a temperature in C (20 to 120), or "none"',
            "Also pause while a GPU stays above this temperature. none: pause on thermal slowdown only."),
-    _Field("thermal_resume_margin", _degrees, 5.0, "degrees C above 0, at most 50",
+    _Field("thermal_resume_margin", _degrees, 5, "degrees C above 0, at most 50",
            "A paused GPU must cool this far below max_gpu_temperature (or its slowdown threshold) to resume."),
     _Field("thermal_slowdown_for", _duration_or_zero, 30.0, f"0 or {DURATION_FORMS}",
            "How long a GPU must stay in thermal slowdown (or above max_gpu_temperature) before training pauses."),
@@ -239,7 +250,7 @@ class Settings:
     gpu_foreign_memory: int = 256 * 2 ** 20
     thermal_guard: bool = True
     max_gpu_temperature: Any = None
-    thermal_resume_margin: float = 5.0
+    thermal_resume_margin: float = 5
     thermal_slowdown_for: float = 30.0
     thermal_power_limit: Any = None
 

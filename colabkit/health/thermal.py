@@ -276,7 +276,7 @@ class ThermalGuard:
         if self.power_limit is None or index in self._old_limits:
             return
         nv = self._nv
-        value, unit = self.power_limit
+        value, unit = config.power_limit_parts(self.power_limit)
         try:
             old = nv.nvmlDeviceGetPowerManagementLimit(handle)
             low, high = nv.nvmlDeviceGetPowerManagementLimitConstraints(handle)

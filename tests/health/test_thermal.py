@@ -304,8 +304,12 @@ def test_bad_settings_are_refused_by_name(ck_env, monkeypatch):  # noqa: F811
     monkeypatch.setenv("COLABKIT_THERMAL_POWER_LIMIT", "80%")
     monkeypatch.setenv("COLABKIT_MAX_GPU_TEMPERATURE", "83")
     settings = config.load()
-    assert settings.thermal_power_limit == (80.0, "%") and settings.max_gpu_temperature == 83.0
+    assert settings.thermal_power_limit == "80%" and settings.max_gpu_temperature == 83
     assert settings.thermal_guard is True and settings.thermal_slowdown_for == 30.0
+    from colabkit.summary import config_report
+    report = config_report(settings)
+    assert "max_gpu_temperature    83 " in report and "thermal_power_limit    80% " in report, report
+    assert "thermal_resume_margin  5 " in report and "thermal_slowdown_for   30s " in report, report
 
 
 if __name__ == "__main__":
