@@ -187,7 +187,8 @@ class ThermalGuard:
             self._hot_since[index] = (slowdown_since, above_since)
             if pause is not None and index in pause.resume_below:
                 below = pause.resume_below[index]
-                if not thermal and (below is None or (temperature is not None and temperature < below)):
+                # out of slowdown, and below the resume temperature where the board reports one
+                if not thermal and (below is None or temperature is None or temperature < below):
                     del pause.resume_below[index]
                     if index == pause.index:
                         pause.cooled_to = temperature
