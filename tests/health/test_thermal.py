@@ -177,6 +177,76 @@ def test_accelerate_loop_waits_while_the_gpu_is_hot_and_ends_bit_equal(tmp_path,
     assert len(_lines(out, "training paused")) == 1 and len(_lines(out, "training resumes")) == 1
 
 
+@pytest.mark.slow
+def test_lightning_and_hf_trainer_wait_while_the_gpu_is_hot_and_end_bit_equal(tmp_path, hot_gpu, capsys):
+    torch = pytest.importorskip("torch")
+    lightning = pytest.importorskip("lightning")
+    transformers = pytest.importorskip("transformers")
+    import colabkit.hf
+    import colabkit.torch_lightning
+
+    class Module(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, index):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit_lightning(name, guard):
+        torch.manual_seed(0)
+        module = Module()
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 4)), batch_size=4)
+        ar = colabkit.torch_lightning.AutoResume(tmp_path / name, deadline=None, thermal_guard=guard)
+        cooler = CoolOnPause(ar.record)
+        try:
+            lightning.Trainer(max_epochs=2, callbacks=[ar], accelerator="cpu", logger=False, enable_progress_bar=False,
+                              enable_model_summary=False, default_root_dir=tmp_path).fit(module, loader)
+        finally:
+            cooler.stop()
+        return module.layer.weight.detach().clone()
+
+    class Regression(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def forward(self, x, labels=None):
+            return {"loss": ((self.layer(x) - labels) ** 2).mean()}
+
+    class Data(torch.utils.data.Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            return {"x": torch.full((4,), float(i) / 16), "labels": torch.tensor([1.0])}
+
+    def fit_trainer(name, guard):
+        torch.manual_seed(0)
+        model = Regression()
+        ar = colabkit.hf.AutoResume(tmp_path / name, deadline=None, thermal_guard=guard)
+        args = transformers.TrainingArguments(str(tmp_path / f"out-{name}"), num_train_epochs=2, report_to=[],
+                                              per_device_train_batch_size=4, use_cpu=True, save_strategy="no",
+                                              logging_strategy="no", disable_tqdm=True, seed=0)
+        cooler = CoolOnPause(ar.record)
+        try:
+            transformers.Trainer(model=model, args=args, train_dataset=Data(), callbacks=[ar]).train()
+        finally:
+            cooler.stop()
+        return model.layer.weight.detach().clone()
+
+    for fit in (fit_lightning, fit_trainer):
+        plain = fit(f"{fit.__name__}-plain", False)
+        _set_gpu(temperature=93, clocks_event_reasons=["sw_thermal_slowdown"])   # hot again for this fit
+        paused = fit(f"{fit.__name__}-paused", _guard())
+        out = capsys.readouterr().out
+        assert torch.equal(plain, paused), fit.__name__
+        assert len(_lines(out, "training paused")) == 1 and len(_lines(out, "training resumes")) == 1, out
+
+
 def test_a_deadline_ends_a_pause_and_its_save_and_stop_follow(tmp_path, hot_gpu, capsys):
     pytest.importorskip("torch")
     import colabkit.torch
