@@ -415,4 +415,5 @@ def nvmlDeviceGetPowerUsage(handle):
 
 def nvmlDeviceGetEnforcedPowerLimit(handle):
     return int(_field(_whole_gpu(handle), "power_limit") * 1000)   # mW
+from ._doctor import *  # noqa: E402,F401,F403
 from ._thermal import *  # noqa: E402,F401,F403

@@ -60,26 +60,9 @@ def nvmlDeviceGetCurrentClocksThrottleReasons(handle):   # the name before drive
     return nvmlDeviceGetCurrentClocksEventReasons(handle)
 
 
-# -- power limits: "power_limit" (W, what is enforced now), "power_limit_default" (W; default: power_limit),
-# "power_limit_constraints": [min W, max W] (absent: NotSupported), "power_limit_settable": true (root; absent or
-# false: setting raises NoPermission, as for a user without root)
-
-def nvmlDeviceGetPowerManagementLimit(handle):
-    nv = _nvml()
-    return int(nv._field(nv._whole_gpu(handle), "power_limit") * 1000)   # mW
-
-
-def nvmlDeviceGetPowerManagementDefaultLimit(handle):
-    nv = _nvml()
-    rec = nv._whole_gpu(handle)
-    return int(rec.get("power_limit_default", nv._field(rec, "power_limit")) * 1000)
-
-
-def nvmlDeviceGetPowerManagementLimitConstraints(handle):
-    nv = _nvml()
-    low, high = nv._field(nv._whole_gpu(handle), "power_limit_constraints")
-    return [int(low * 1000), int(high * 1000)]   # [min mW, max mW]
-
+# -- setting the power limit (the getters and the "power_limit", "power_limit_default" and
+# "power_limit_constraints" keys are _doctor.py's): "power_limit_settable": true (root; absent or false: setting
+# raises NoPermission, as for a user without root); the new limit becomes "power_limit"
 
 def nvmlDeviceSetPowerManagementLimit(handle, limit):
     nv = _nvml()
