@@ -154,6 +154,62 @@ def _cloud_prices(value: Any, name: str) -> dict:
         if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
             raise ValueError(f"{name}.{key}={price!r} must be a price per GPU-hour such as 1.006.")
     return dict(value)
+def _duration_or_zero(value: Any, name: str) -> float:
+    """A duration in seconds, or 0 (at once)."""
+    if not isinstance(value, bool) and str(value).strip() in ("0", "0.0", "0s"):
+        return 0.0
+    return parse_duration(value, name=name)
+
+
+def _temperature_or_none(value: Any, name: str):
+    """None ("none"/"off") or a GPU temperature in C (20 to 120)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off")):
+        return None
+    number = _number(value)
+    if number is None or not 20 <= number <= 120:
+        raise ValueError(f"{name}={value!r} must be a GPU temperature in C between 20 and 120, or \"none\".")
+    return _whole(number)
+
+
+def _degrees(value: Any, name: str) -> float:
+    number = _number(value)
+    if number is None or not 0 < number <= 50:
+        raise ValueError(f"{name}={value!r} must be a number of degrees C above 0 and at most 50 (e.g. 5).")
+    return _whole(number)
+
+
+def _power_limit(value: Any, name: str):
+    """None ("off") or "250W" / "80%": a power limit for a hot GPU, in watts or % of its default limit (see
+    power_limit_parts)."""
+    text = str(value).strip().lower() if value is not None and not isinstance(value, bool) else "off"
+    if value is None or text in ("off", "none"):
+        return None
+    unit = "%" if text.endswith("%") else "W"
+    number = _number(text.rstrip("%w").strip())
+    if number is None or number <= 0 or (unit == "%" and number > 100):
+        raise ValueError(f"{name}={value!r} must be \"off\", watts (\"250W\") or a share of the default "
+                         f"limit (\"80%\").")
+    return f"{_whole(number)}{unit}"
+
+
+def power_limit_parts(text: str) -> tuple:
+    """(number, "W" | "%") of a parsed thermal_power_limit ("250W", "80%")."""
+    return float(text[:-1]), text[-1]
+
+
+def _whole(number: float):
+    """An int where the number is whole (shown as 83, not 83.0)."""
+    return int(number) if number == int(number) else number
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        return None
+    return number if number == number and number not in (float("inf"), float("-inf")) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +287,19 @@ FIELDS = (
     _Field("cloud_prices", _cloud_prices, {}, "a [cloud_prices] table, or the path of a TOML file with one",
            "Cloud prices per GPU-hour that replace or extend the built-in dated table, and [cloud_prices.compare] "
            "to say which one a local GPU is compared with (see colabkit.health.prices)."),
+    # the thermal guard (colabkit.health.thermal): pause training between steps while a GPU is too hot
+    _Field("thermal_guard", _bool, True, "true or false",
+           "Pause training between steps while a GPU it uses stays in thermal slowdown (or above "
+           "max_gpu_temperature), until it cools; every AutoResume and `colabkit run`."),
+    _Field("max_gpu_temperature", _temperature_or_none, None, 'a temperature in C (20 to 120), or "none"',
+           "Also pause while a GPU stays above this temperature. none: pause on thermal slowdown only."),
+    _Field("thermal_resume_margin", _degrees, 5, "degrees C above 0, at most 50",
+           "A paused GPU must cool this far below max_gpu_temperature (or its slowdown threshold) to resume."),
+    _Field("thermal_slowdown_for", _duration_or_zero, 30.0, f"0 or {DURATION_FORMS}",
+           "How long a GPU must stay in thermal slowdown (or above max_gpu_temperature) before training pauses."),
+    _Field("thermal_power_limit", _power_limit, None, '"off", watts ("250W") or a percentage ("80%")',
+           "While a GPU is too hot, also lower its power limit to this (needs root; within the board's limits); "
+           "the old limit is put back when training ends. off: never touch power limits."),
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 
@@ -262,6 +331,11 @@ class Settings:
     project: Any = None
     ledger: Any = None
     cloud_prices: Any = dataclasses.field(default_factory=dict)
+    thermal_guard: bool = True
+    max_gpu_temperature: Any = None
+    thermal_resume_margin: float = 5
+    thermal_slowdown_for: float = 30.0
+    thermal_power_limit: Any = None
 
     def resolved_cache_dir(self) -> Path:
         return default_cache_dir() if self.cache_dir == AUTO else self.cache_dir
@@ -318,6 +392,16 @@ def _read_file(path: Path) -> dict:
         raise ConfigError(f"The colabkit config file {path} has unknown setting(s) {', '.join(unknown)}; "
                           f"known settings: {', '.join(_BY_NAME)}.")
     return data
+
+
+def check(name: str, value: Any):
+    """``value`` for setting ``name``, parsed as the config file's would be (an explicit argument). Raises ConfigError
+    naming the argument and the expected form."""
+    field = _BY_NAME[name]
+    try:
+        return field.parse(value, name)
+    except ValueError:
+        raise ConfigError(f"Bad value {value!r} for the {name} argument: expected {field.forms}.") from None
 
 
 def load(**overrides) -> Settings:

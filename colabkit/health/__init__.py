@@ -14,16 +14,19 @@ sampler.py (NVML through colabkit.devices.nvml, and psutil), verdicts.py (thresh
 (hang budgets, stack dumps, heartbeat), keras_monitor.py (the Keras callback, ``colabkit.keras.Monitor``),
 plots.py (live plots: matplotlib into an ipywidgets Image; text in a terminal), recorder.py (the flight
 recorder: machine telemetry into a ring file, flight_ring.py), flight_report.py (``last_recording()``, what
-`colabkit health --last` prints), kernel_log.py (Xid, thermal, OOM lines of the kernel log). Importing this
-package imports no framework, NVML or matplotlib.
+`colabkit health --last` prints), kernel_log.py (Xid, thermal, OOM lines of the kernel log), thermal.py
+(ThermalGuard: every AutoResume pauses between steps while a GPU is too hot), and what a run cost: energy.py,
+prices.py, runcost.py, ledger.py, progress.py. Importing this package imports no framework, NVML or matplotlib.
 """
 from __future__ import annotations
 
 from .flight_report import last_recording
 from .health_monitor import HealthMonitor, latest_monitor
 from .recorder import ensure_recording
+from .thermal import ThermalGuard
 
-__all__ = ["HealthMonitor", "costs", "ensure_recording", "last_recording", "latest_monitor", "monitor"]
+__all__ = ["HealthMonitor", "ThermalGuard", "costs", "ensure_recording", "last_recording", "latest_monitor",
+           "monitor"]
 
 # what a run cost (energy.py, prices.py, runcost.py, ledger.py, progress.py): imported when first named
 _SUBMODULES = ("energy", "ledger", "prices", "progress", "runcost")

@@ -116,7 +116,8 @@ class HealthMonitor:
         self.input_note = ""                    # why the input share is not measured, where that is known
         self.sampler = None
         self.steps = 0
-        self.current_phase = "first"           # "first", "step", "validation", "checkpoint", "epoch_end", "done"
+        # "first", "step", "validation", "checkpoint", "epoch_end", "paused" (see paused()), "done"
+        self.current_phase = "first"
         self.events: list = []                  # (wall time, kind, detail) for the panel
         self.hangs: list = []
         self.epochs: list = []                  # (epoch, {loss, val_loss, ...}) from log_epoch()
@@ -314,6 +315,27 @@ class HealthMonitor:
         self.current_phase, self._phase_started = name, time.monotonic()
         self._last_progress = self._phase_started
 
+    @contextlib.contextmanager
+    def paused(self):
+        """``with mon.paused():`` training waits on purpose (the thermal guard, for a hot GPU): the watchdog reports
+        no hang meanwhile, the heartbeat says phase "paused" (so `colabkit run` kills nothing), and the time counts
+        as no step's."""
+        previous, began = self.current_phase, time.monotonic()
+        if previous == "done":
+            yield
+            return
+        self.current_phase = "paused"
+        try:
+            yield
+        finally:
+            now = time.monotonic()
+            if self.current_phase == "paused":
+                self.current_phase = previous
+            self._phase_started += now - began
+            self._last_progress = now
+            if self._last_step_end is not None:
+                self._last_step_end += now - began
+
     def _leave_phase(self, next_phase: str) -> None:
         now = time.monotonic()
         old = self.current_phase
@@ -377,7 +399,7 @@ class HealthMonitor:
                 self._say(f"training moved again after {short_duration(stall['resumed_after_s'])} without progress "
                           f"({'it was a slow step, not a hang' if stall['gpu'] == 'gpu_busy' else 'the stall ended'})")
             return
-        if self.current_phase == "done":
+        if self.current_phase in ("done", "paused"):
             return
         if not self._owner_running():
             # its fit() was left by an exception (Keras calls no callback then): nothing is hung, nothing to
@@ -433,7 +455,7 @@ class HealthMonitor:
     def _heartbeat(self) -> None:
         if self.heartbeat_path is None:
             return
-        budget, how = self.budget() if self.current_phase != "done" else (None, "done")
+        budget, how = self.budget() if self.current_phase not in ("done", "paused") else (None, self.current_phase)
         write_heartbeat(self.heartbeat_path, {
             "pid": os.getpid(), "updated": time.time(), "steps": self.steps, "phase": self.current_phase,
             "last_progress": time.time() - (time.monotonic() - self._last_progress),

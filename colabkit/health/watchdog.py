@@ -145,16 +145,18 @@ def read_heartbeat(path: Path) -> dict | None:
 
 
 def job_hang_reason(heartbeat: Path, *, attempt: int, started: float, log: Path, timeout, now: float,
-                    show_path=str) -> str | None:
+                    show_path=str, quiet_from: float | None = None) -> str | None:
     """For `colabkit run`: why a job counts as hung now, or None.
 
     timeout "auto": its monitor's heartbeat says hung, or stopped coming (``stale_after_s``); a job without a
     monitor never counts as hung. A number of seconds: that long since the monitor's last progress, or, without
-    a monitor, since the job's log last grew."""
+    a monitor, since the job's log last grew. ``quiet_from``: no silence before this wall time counts (the job was
+    stopped while its GPU cooled, and continued then)."""
+    quiet_from = started if quiet_from is None else max(started, quiet_from)
     beat = read_heartbeat(heartbeat)
     if beat is not None and (beat.get("attempt") != str(attempt) or beat.get("updated", 0) < started):
         beat = None    # an earlier attempt's
-    if beat is not None and beat.get("phase") == "done":
+    if beat is not None and beat.get("phase") in ("done", "paused"):   # paused: the thermal guard waits on purpose
         return None
     if timeout == "auto":
         if beat is None:
@@ -166,19 +168,19 @@ def job_hang_reason(heartbeat: Path, *, attempt: int, started: float, log: Path,
             return f"its monitor reports a hang: {text}" + (
                 "" if not dump or dump in text else f"; stacks in {show_path(Path(dump))}")
         stale = beat.get("stale_after_s")
-        if stale and now - beat.get("updated", now) > stale:
+        if stale and now - max(beat.get("updated", now), quiet_from) > stale:
             return (f"its monitor's heartbeat stopped {short_duration(now - beat['updated'])} ago (the process may "
                     f"be frozen)")
         return None
     if beat is not None:
-        quiet = now - beat.get("last_progress", beat.get("updated", now))
+        quiet = now - max(beat.get("last_progress", beat.get("updated", now)), quiet_from)
         if quiet > timeout:
             return f"no training step for {short_duration(quiet)} (--hang-timeout {short_duration(timeout)})"
         return None
     try:
-        last = max(log.stat().st_mtime, started)
+        last = max(log.stat().st_mtime, quiet_from)
     except OSError:
-        last = started
+        last = quiet_from
     if now - last > timeout:
         return (f"no output for {short_duration(now - last)} and no training monitor "
                 f"(--hang-timeout {short_duration(timeout)})")

@@ -73,6 +73,7 @@ from ..checkpoints.folder import InvalidCheckpoint  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.recorder import ensure_recording  # noqa: E402
 from ..health.progress import start_mark  # noqa: E402
+from ..health.thermal import guard_for, pause_must_end  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -109,6 +110,8 @@ class AccelerateResume(RunAttributes):
         keep: committed checkpoints to keep (default: the configured ``keep``, 3).
         verbose: 1 prints one line per resume/deadline/interrupt (main process); 0 is silent (logging records).
         keep_every, local_dir: as for `colabkit.Checkpoints`.
+        thermal_guard: None (the thermal_guard setting, on by default), True, False, or a
+            ``colabkit.health.ThermalGuard``: training waits between batches while a GPU stays too hot.
 
     A checkpoint is taken after each epoch (once the body of ``for epoch in ar.epochs(n)`` has run), every
     ``save_freq`` batches and ``every`` interval, before a deadline, and on SIGTERM or an interrupt (the
@@ -124,7 +127,7 @@ class AccelerateResume(RunAttributes):
     """
 
     def __init__(self, directory, accelerator, *, save_freq=None, every=None, deadline="auto", deadline_margin=None,
-                 keep=None, keep_every=None, verbose=1, local_dir=None):
+                 keep=None, keep_every=None, verbose=1, local_dir=None, thermal_guard=None):
         if not isinstance(accelerator, accelerate.Accelerator):
             raise TypeError(f"accelerator={_show(accelerator)} is not an accelerate.Accelerator: pass the Accelerator "
                             f"that prepared your model, optimizer and data loader, as in "
@@ -144,6 +147,7 @@ class AccelerateResume(RunAttributes):
         self.deadline = deadline
         self.margin_floor = schedule.margin_floor(deadline_margin)
         watch_for(deadline, started_at=time.time())   # validate it now, not at the first epoch
+        self._thermal = guard_for(thermal_guard, self.record)   # pauses between batches while a GPU is too hot
         # every process checks the arguments the same way; only the main process saves or restores through it
         self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir)
         self.state: dict = {}          # values of your own (JSON), saved with every checkpoint
@@ -259,6 +263,8 @@ class AccelerateResume(RunAttributes):
         self._loop_frame = sys._getframe(1)   # the frame running ``for epoch in ar.epochs(n)``
         self._signals.install()
         ensure_recording()    # the flight recorder (colabkit health --last after a freeze)
+        if self._thermal is not None:
+            self._thermal.start()
         try:
             self._claim()
             while self.epoch < n:
@@ -280,6 +286,8 @@ class AccelerateResume(RunAttributes):
             if self._dist is not None:
                 self._dist.barrier()
         finally:
+            if self._thermal is not None:
+                self._thermal.stop()
             self._signals.restore()
             self._release_if_committed()
 
@@ -328,6 +336,8 @@ class AccelerateResume(RunAttributes):
             self._since_save += 1
             if self._step_mark is not None:
                 self._step_mark.reached(self.step)
+            if self._thermal is not None:   # a hot GPU: wait here, between two batches (a signal or deadline ends it)
+                self._thermal.wait_if_hot(lambda: pause_must_end(self._interrupt, self._watch, self._estimated_save_s))
             if self._after_batch():
                 # a deadline stop: raised here, inside the epoch's body, so that the code after this loop
                 # (evaluation, logging) does not run on the partial epoch, nor do the notebook's later cells

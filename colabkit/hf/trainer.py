@@ -29,6 +29,7 @@ from ..checkpoints.api import Checkpoints  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.recorder import ensure_recording  # noqa: E402
 from ..health.progress import start_mark  # noqa: E402
+from ..health.thermal import guard_for, pause_must_end  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -63,6 +64,8 @@ class AutoResume(transformers.TrainerCallback, RunAttributes):
             Trainer's ``save_total_limit`` only prunes its own ``output_dir`` and never deletes anything here.
         verbose: 1 prints one line per resume/deadline/interrupt; 0 is silent (logging still records).
         local_dir, keep_every, resume_from: as for `colabkit.Checkpoints`.
+        thermal_guard: None (the thermal_guard setting, on by default), True, False, or a
+            ``colabkit.health.ThermalGuard``: training waits between steps while a GPU stays too hot.
 
     Every checkpoint the Trainer writes (its whole ``checkpoint-N`` folder: weights, optimizer, scheduler, RNG
     states, trainer_state.json) is taken into the store as it is, by hard links (no copy while training waits),
@@ -94,7 +97,7 @@ class AutoResume(transformers.TrainerCallback, RunAttributes):
     """
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
-                 keep_every=None, local_dir=None, resume_from=None, verbose=1):
+                 keep_every=None, local_dir=None, resume_from=None, verbose=1, thermal_guard=None):
         every = schedule.check_schedule(save_freq, every, unit="optimizer steps")
         self._rank = int(os.environ.get("RANK", "0") or 0)   # torchrun / accelerate launch; the Trainer says later
         self.record = Run(self, "colabkit.hf.AutoResume", deadline=deadline, verbose=verbose, quiet=self._rank != 0)
@@ -102,6 +105,7 @@ class AutoResume(transformers.TrainerCallback, RunAttributes):
         self.deadline = deadline
         self.margin_floor = schedule.margin_floor(deadline_margin)
         watch_for(deadline, started_at=time.time())   # validate it now, not when training starts
+        self._thermal = guard_for(thermal_guard, self.record)   # pauses between steps while a GPU is too hot
         self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
                                        resume_from=resume_from)
         self.restored = None           # the restored checkpoint (colabkit.Restored; .path: the local folder)
@@ -179,8 +183,12 @@ class AutoResume(transformers.TrainerCallback, RunAttributes):
             # books the steps this resume trains again in the cost ledger
             self._step_mark = start_mark(self.directory, state.global_step)
         self._signals.install()
+        if self._thermal is not None:
+            self._thermal.start()
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self._thermal is not None:   # a hot GPU: wait here, between two steps (a signal or deadline ends it)
+            self._thermal.wait_if_hot(lambda: pause_must_end(self._interrupt, self._watch, self._estimated_save_s))
         deadline, reason = None, None
         if getattr(self, "_step_mark", None) is not None:
             self._step_mark.reached(state.global_step)
@@ -401,6 +409,8 @@ class AutoResume(transformers.TrainerCallback, RunAttributes):
 
     def _forget_loop(self):
         self._loop_frame = None
+        if self._thermal is not None:
+            self._thermal.stop()
 
     def _estimated_save_s(self) -> float:
         measured = self.checkpoints.estimated_save_seconds()

@@ -91,4 +91,5 @@ def hang_reason(state: JobState, run_dir: Path, timeout, now: float) -> str | No
         return None
     from ..health.watchdog import job_hang_reason
     return job_hang_reason(run_dir / f"{state.job.name}.health.json", attempt=state.attempts,
-                           started=state.started, log=state.log, timeout=timeout, now=now, show_path=display_path)
+                           started=state.started, log=state.log, timeout=timeout, now=now, show_path=display_path,
+                           quiet_from=state.resumed_at)

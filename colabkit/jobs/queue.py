@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from ..health.recorder import ensure_recording
 from . import process
+from .thermal import JobThermal
 from .slots import Slot, claim_request, plan_slots
 from .spec import JobError, JobState, RunReport, display_path, prepare_jobs
 
@@ -147,6 +148,7 @@ class Runner:
         self.costs: dict = {}          # job name -> [health.runcost.RunCost], one per attempt
         self._rapl = None              # the CPU's energy counters, read once for all running jobs
         self._next_energy = 0.0
+        self.thermal = JobThermal(self)   # stops a job (SIGSTOP) while its GPU is too hot
 
     # output -----------------------------------------------------------------------------------------
     def _bar(self, progress):
@@ -245,6 +247,7 @@ class Runner:
         state.process, state.pids = proc, {proc.pid}
         self._start_cost(state, slot, proc.pid)
         threading.Thread(target=self._wait, args=(state, proc), daemon=True).start()
+        self.thermal.watch(state, slot)
         self.say(f"[{self.stamp()}] start   {state.job.name} on {slot.label} ({tries}) -> "
                  f"{display_path(state.log)}")
 
@@ -339,6 +342,8 @@ class Runner:
             return
         state.signalled = True
         process.signal_tree(proc, state.pids, sig)
+        if state.paused is not None:   # a stopped process acts on no signal but SIGKILL until it continues
+            self.thermal.cont(state, f"{signal.Signals(sig).name} sent by the queue")
 
     # main loop --------------------------------------------------------------------------------------
     def run(self) -> RunReport:
@@ -424,6 +429,7 @@ class Runner:
             if self.deadline is not None and not self.killed and time.monotonic() >= self.deadline:
                 self._kill_all(f"grace period of {self.grace:g}s is over")
             if self.stop_signal is None:
+                self.thermal.check()
                 self._check_hangs()
             self._sample_costs()
 
@@ -431,6 +437,8 @@ class Runner:
     def _check_hangs(self) -> None:
         now = time.time()
         for state in self._running():
+            if state.paused is not None:   # stopped on purpose while its GPU cools: not hung
+                continue
             if state.hung is not None:
                 if state.kill_at is not None and time.monotonic() >= state.kill_at:
                     state.kill_at = None
@@ -484,6 +492,7 @@ class Runner:
         or count it as done, failed or stopped."""
         if proc is not None and state.process is not proc:
             return
+        self.thermal.forget(state)
         state.ended, state.returncode, state.process = time.time(), returncode, None
         seconds = state.ended - state.started
         state.history.append({"attempt": state.attempts, "device": state.device, "returncode": returncode,

@@ -45,12 +45,17 @@ class JobState:
     signalled: bool = dataclasses.field(default=False, repr=False)
     hung: str | None = dataclasses.field(default=None, repr=False)     # why the queue killed it as hung
     kill_at: float | None = dataclasses.field(default=None, repr=False)
+    # the thermal pause (jobs/thermal.py): {"since", "why"} while stopped for a hot GPU; every pause so far
+    paused: dict | None = None
+    pauses: list = dataclasses.field(default_factory=list)
+    resumed_at: float | None = dataclasses.field(default=None, repr=False)   # when the last pause ended
 
     def as_dict(self) -> dict:
         return {"name": self.job.name, "path": str(self.job.path), "kind": self.job.kind, "status": self.status,
                 "attempts": self.attempts, "returncode": self.returncode, "device": self.device,
                 "log": str(self.log), "output": None if self.output is None else str(self.output),
-                "params": self.job.params, "args": self.job.args, "history": self.history}
+                "params": self.job.params, "args": self.job.args, "history": self.history,
+                "paused": self.paused, "thermal_pauses": self.pauses}
 
 
 @dataclasses.dataclass

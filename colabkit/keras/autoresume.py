@@ -44,6 +44,7 @@ from ..deadline import watch_for  # noqa: E402
 from ..health.keras_monitor import Monitor  # noqa: E402 - also colabkit.keras.Monitor
 from ..health.recorder import ensure_recording  # noqa: E402
 from ..health.progress import start_mark  # noqa: E402
+from ..health.thermal import guard_for, pause_must_end  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -88,6 +89,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         monitor: True (or a dict of options, or a ``colabkit.keras.Monitor``) to watch training health in the
             same fit(): step time, input share, GPU throttling, verdicts and the hang watchdog, which knows
             these checkpoint saves (they get a hang budget of their own). ``self.monitor`` is the callback.
+        thermal_guard: None (the thermal_guard setting, on by default), True, False, or a
+            ``colabkit.health.ThermalGuard``: training waits between batches while a GPU stays too hot.
 
     What a resume restores: every variable Keras tracks, matched by where it sits in the model (attribute
     names and, in lists, class names: the same code finds each variable at the same place), including
@@ -103,7 +106,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
 
     def __init__(self, directory=None, save_freq="epoch", double_checkpoint=False, delete_checkpoint=False,
                  every=None, keep=None, deadline="auto", deadline_margin=None, keep_every=None, verbose=1,
-                 local_dir=None, resume_from=None, *, backup_dir=None, monitor=False):
+                 local_dir=None, resume_from=None, *, backup_dir=None, monitor=False, thermal_guard=None):
         super().__init__()
         # what the status panel shows of this run (colabkit.resume.run)
         self.record = Run(self, "colabkit.keras.AutoResume", deadline=deadline, verbose=verbose)
@@ -141,6 +144,7 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             # refused before the store opens, so a typo leaves nothing open
             raise TypeError(f"AutoResume(monitor={monitor!r}): expected True, False, a dict of "
                             f"colabkit.keras.Monitor options or a colabkit.keras.Monitor.")
+        self._thermal = guard_for(thermal_guard, self.record)   # pauses between batches while a GPU is too hot
         self.checkpoints = Checkpoints(directory, **self._checkpoint_args)
         self._checkpoints_closed = False   # delete_checkpoint closed them: the next fit() opens new ones
         self.monitor = self._make_monitor(monitor)
@@ -248,6 +252,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             self.model.optimizer.build(self.model.trainable_variables)
         self._watch = watch_for(self.deadline, started_at=time.time(), margin_floor=self.margin_floor)
         self._install_signal_handlers(here)
+        if self._thermal is not None:
+            self._thermal.start()
         from .multiworker import coordinator_for
         self._mw = coordinator_for(self.model)   # a MultiWorkerMirroredStrategy run: saves are agreed on
         try:
@@ -358,6 +364,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         # after an epoch's last batch the position is the next epoch's start: a resume then has no batch
         # left to skip in an epoch that would otherwise end without a single trained step
         position = (self._epoch + 1, 0) if steps and batch + 1 >= steps else (self._epoch, batch + 1)
+        if self._thermal is not None:   # a hot GPU: wait here, between two batches (a signal or deadline ends it)
+            self._thermal.wait_if_hot(self._pause_must_end)
         policy = self._save_policy()
         deadline = self._watch.due(self._estimated_save_s())
         every_due = policy.every_due(time.time() - self._last_save_time)
@@ -383,6 +391,10 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
             return
         if decision:
             self._save(position, reason=decision.reason)
+
+    def _pause_must_end(self):
+        """Why a thermal pause must end early (a signal, a deadline's save due), or None."""
+        return pause_must_end(self._interrupt, self._watch, self._estimated_save_s)
 
     def _save_policy(self) -> SavePolicy:
         """save_freq (a number of batches; "epoch" saves are on_epoch_end's) and every, as they are set now."""

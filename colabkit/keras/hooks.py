@@ -181,6 +181,8 @@ class FitHooks:
         self._restore_signal_handlers()
         self._input.detach()
         self._input = UNTRACKED
+        if self._thermal is not None:
+            self._thermal.stop()
 
     # -- the train function -----------------------------------------------------------------------------------
     def _wrap_train_function(self, skip_batches: int):

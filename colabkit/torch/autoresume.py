@@ -41,6 +41,7 @@ from ..checkpoints.api import CheckpointError, Checkpoints  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.recorder import ensure_recording  # noqa: E402
 from ..health.progress import start_mark  # noqa: E402
+from ..health.thermal import guard_for, pause_must_end  # noqa: E402
 from ..resume import schedule  # noqa: E402
 from ..resume.run import Run, RunAttributes, recorded  # noqa: E402
 from ..resume.schedule import SaveContext, SavePolicy  # noqa: E402
@@ -96,6 +97,8 @@ class AutoResume(RunAttributes):
         keep: committed checkpoints to keep (default: the configured ``keep``, 3).
         verbose: 1 prints one line per resume/deadline/interrupt; 0 is silent (logging still records).
         local_dir, keep_every, resume_from: as for `colabkit.Checkpoints`.
+        thermal_guard: None (the thermal_guard setting, on by default), True, False, or a
+            ``colabkit.health.ThermalGuard``: training waits between batches while a GPU stays too hot.
         **objects: the training state, by name: anything with ``state_dict()`` and ``load_state_dict()``.
             ``DataParallel`` / ``DistributedDataParallel`` (and ``torch.compile``) wrappers are unwrapped, so a
             checkpoint's keys are the model's own.
@@ -115,7 +118,7 @@ class AutoResume(RunAttributes):
     """
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
-                 keep_every=None, verbose=1, local_dir=None, resume_from=None, **objects):
+                 keep_every=None, verbose=1, local_dir=None, resume_from=None, thermal_guard=None, **objects):
         every = check_schedule(save_freq, every)
         check_objects(objects)
         self._dist = process_group()        # torch.distributed with more than one process: rank 0 writes
@@ -126,6 +129,7 @@ class AutoResume(RunAttributes):
         self.deadline = deadline
         self.margin_floor = schedule.margin_floor(deadline_margin)
         watch_for(deadline, started_at=time.time())   # validate it now, not at the first epoch
+        self._thermal = guard_for(thermal_guard, self.record)   # pauses between batches while a GPU is too hot
         self.objects = dict(objects)
         self.checkpoints = Checkpoints(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
                                        resume_from=resume_from)
@@ -214,6 +218,8 @@ class AutoResume(RunAttributes):
         self._loop_frame = sys._getframe(1)   # the frame running ``for epoch in ar.epochs(n)``
         self._install_signal_handlers()
         ensure_recording()    # the flight recorder (colabkit health --last after a freeze)
+        if self._thermal is not None:
+            self._thermal.start()
         try:
             if self._rank == 0:
                 self.checkpoints.claim()
@@ -236,6 +242,8 @@ class AutoResume(RunAttributes):
                 self._say(f"the final checkpoint (step {self.step}) is not on {self.directory} yet: "
                           f"{self._saved_where(False)}")
         finally:
+            if self._thermal is not None:
+                self._thermal.stop()
             self._restore_signal_handlers()
             self._release_if_committed()
 
@@ -268,6 +276,8 @@ class AutoResume(RunAttributes):
                 self._step_mark.reached(self.step)
             self.batch += 1
             self._since_save += 1
+            if self._thermal is not None:   # a hot GPU: wait here, between two batches (a signal or deadline ends it)
+                self._thermal.wait_if_hot(self._pause_must_end)
             if self._after_batch():
                 # a deadline stop: raised here, inside the epoch's body, so that the code after this loop
                 # (validation, logging, a scheduler step) does not run on the partial epoch, nor do later cells
@@ -313,6 +323,10 @@ class AutoResume(RunAttributes):
         elif save is not None:
             self._save(reason=save)
         return False
+
+    def _pause_must_end(self):
+        """Why a thermal pause must end early (a signal, a deadline's save due), or None."""
+        return pause_must_end(self._interrupt, self._watch, self._estimated_save_s)
 
     def _check_interrupt(self) -> bool:
         """A signal arrived: save, commit, then pass it on. True when training stops."""

@@ -41,6 +41,7 @@ from ..checkpoints.destinations import resolve_destination  # noqa: E402
 from ..deadline import watch_for  # noqa: E402
 from ..health.recorder import ensure_recording  # noqa: E402
 from ..health.progress import start_mark  # noqa: E402
+from ..health.thermal import guard_for, pause_must_end  # noqa: E402
 from .checks import check_generators, check_optimizer_state, check_rng, check_schedule  # noqa: E402
 from .loader import generators_of, set_generators  # noqa: E402
 from .state import (  # noqa: E402
@@ -308,6 +309,8 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         deadline_margin: the least time before a deadline at which the final save starts (default 60s).
         keep, keep_every, local_dir, resume_from: as for `colabkit.Checkpoints`.
         verbose: 1 prints one line per resume/stop; 0 is silent (logging still records).
+        thermal_guard: None (the thermal_guard setting, on by default), True, False, or a
+            ``colabkit.health.ThermalGuard``: training waits between batches while a GPU stays too hot.
 
     The callback installs ``self.checkpoint_io`` in the trainer (pass your own ``CheckpointIO`` of another kind
     and it refuses). It is a ``Checkpoint`` callback, so Lightning adds no default ``ModelCheckpoint``: it saves
@@ -333,9 +336,10 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
     """
 
     def __init__(self, directory, *, save_freq=None, every=None, deadline="auto", deadline_margin=None, keep=None,
-                 keep_every=None, local_dir=None, resume_from=None, verbose=1):
+                 keep_every=None, local_dir=None, resume_from=None, verbose=1, thermal_guard=None):
         every = check_schedule(save_freq, every)
         watch_for(deadline, started_at=time.time())   # validate it now, not at the first batch
+        self._thermal = guard_for(thermal_guard)   # pauses between batches while a GPU is too hot
         self.checkpoint_io = CheckpointIO(directory, keep=keep, keep_every=keep_every, local_dir=local_dir,
                                           resume_from=resume_from, verbose=verbose)
         pointer = self.checkpoint_io.pointer
@@ -352,6 +356,8 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         self._step_mark = None       # health.progress.StepMark: the last step reached, for the next resume
         self._signals = SignalLatch()
         self._watch = None
+        if self._thermal is not None:
+            self._thermal.attach(self.record)
 
     @property
     def state_key(self) -> str:
@@ -401,6 +407,8 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
             # books the steps this resume trains again in the cost ledger
             self._step_mark = start_mark(self.directory, trainer.global_step)
         self._install_signal_handlers()
+        if self._thermal is not None:
+            self._thermal.start()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         generators = generators_of(trainer.train_dataloader) if trainer.train_dataloader is not None else []
@@ -420,6 +428,9 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         self._since_save += 1
         if self._step_mark is not None:
             self._step_mark.reached(trainer.global_step)
+        if self._thermal is not None:   # a hot GPU: wait here, between two batches (a signal or deadline ends it)
+            self._thermal.wait_if_hot(lambda: pause_must_end(self._interrupt, self._watch,
+                                                             self.checkpoint_io.estimated_save_s))
         if _on_last_batch(trainer):
             # Lightning's loops restored from a save taken after an epoch's last step skip the next epoch
             # (Lightning 2.6): what is due now is saved at the epoch's end instead, as that epoch's end
@@ -455,11 +466,15 @@ class AutoResume(RunAttributes, OnExceptionCheckpoint):
         if isinstance(exception, SIGTERMException) and self.stopped_for is None:
             self._final_save(trainer, "SIGTERM received")
         self._restore_signal_handlers()
+        if self._thermal is not None:
+            self._thermal.stop()
 
     def on_train_end(self, trainer, pl_module):
         # before Lightning's teardown puts back the handlers it found: restored after it, they would be
         # Lightning's per-run ones (SIGTERM ignored, the trainer kept alive)
         self._restore_signal_handlers()
+        if self._thermal is not None:
+            self._thermal.stop()
 
     def teardown(self, trainer, pl_module, stage):
         self.checkpoint_io.module = None   # never removes anything: the store keeps what it committed

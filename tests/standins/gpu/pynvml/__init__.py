@@ -418,3 +418,4 @@ def nvmlDeviceGetEnforcedPowerLimit(handle):
 from ._doctor import *  # noqa: E402,F401,F403
 from ._recorder import *  # noqa: E402,F401,F403
 from ._energy import *  # noqa: E402,F401,F403
+from ._thermal import *  # noqa: E402,F401,F403
