@@ -76,7 +76,8 @@ def config_report(settings: _config.Settings | None = None) -> str:
     width = max(len(f.name) for f in _config.FIELDS)
     for field in _config.FIELDS:
         value = getattr(settings, field.name)
-        durations = (_config._duration, _config._duration_or_auto)   # other numbers (a price, megabytes) as is
+        # durations as durations; other numbers (a price, megabytes) as they are
+        durations = (_config._duration, _config._duration_or_auto, _config._duration_or_zero)
         shown = format_duration(value) if isinstance(value, float) and field.parse in durations else value
         shown = "none" if value is None else shown
         lines.append(f"  {field.name:<{width}}  {shown!s:<24} ({settings.sources[field.name]})")
