@@ -6,7 +6,6 @@ and the cgroup's limit (checked against fake cgroup trees).
 Run as a script, this file is the worker: ``python test_streaming_save.py save|restore <dest> <MB>``.
 """
 import json
-import os
 import subprocess
 import sys
 import time
@@ -229,3 +228,41 @@ def test_a_streamed_checkpoint_reads_as_a_buffered_one_and_damage_falls_back(ck_
 
 if __name__ == "__main__":
     _worker(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+
+
+_ADAM_RESTORE = """
+import sys, hashlib, torch, colabkit.torch
+torch.manual_seed(1)
+model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5))
+opt = torch.optim.Adam(model.parameters(), lr=0.1)
+ar = colabkit.torch.AutoResume(sys.argv[1], deadline=None, verbose=0, model=model, opt=opt)
+print(repr(sorted((k, v.tolist()) for k, v in model.state_dict().items())))
+print(repr(opt.state_dict()["state"][0]["step"].tolist()), repr(opt.state_dict()["state"][0]["exp_avg"].tolist()))
+"""
+
+
+def test_a_streamed_torch_save_keeps_optimizer_scalars_and_buffers(ck_env, tmp_path, monkeypatch, caplog):
+    torch = pytest.importorskip("torch")
+    import colabkit.torch
+    _fake_cgroup_v1(tmp_path / "cg", limit=1 << 30, usage=(1 << 30) - (64 << 20))   # 64 MB left: streams
+    monkeypatch.setenv("COLABKIT_TEST_CGROUP_ROOT", str(tmp_path / "cg"))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    for _ in range(3):   # Adam's 0-d step tensors, BatchNorm's running stats and its int64 batch count
+        opt.zero_grad()
+        model(torch.randn(8, 6)).square().mean().backward()
+        opt.step()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", deadline=None, verbose=0, model=model, opt=opt)
+    assert ar.save(wait=True)
+    assert ar.checkpoints.snapshot_buffer_sets == 0
+    ar.checkpoints.close()
+    assert any(STREAMED in r.getMessage() for r in caplog.records)
+    done = subprocess.run([sys.executable, "-c", _ADAM_RESTORE, str(tmp_path / "run")],
+                          env={k: v for k, v in ck_env.items() if k != "COLABKIT_TEST_CGROUP_ROOT"},
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state, optimizer = done.stdout.strip().splitlines()[-2:]
+    assert state == repr(sorted((k, v.tolist()) for k, v in model.state_dict().items()))
+    assert optimizer == (f'{opt.state_dict()["state"][0]["step"].tolist()!r} '
+                         f'{opt.state_dict()["state"][0]["exp_avg"].tolist()!r}')
