@@ -57,6 +57,7 @@ _LAZY = {
     "authenticate_user": ("colabkit.portable", "authenticate_user"),
     "cv2_imshow": ("colabkit.portable", "cv2_imshow"),
     "migrate": ("colabkit.migrate", None),
+    "doctor": ("colabkit.doctor", None),         # colabkit.doctor.run_checks(): the health check of a GPU box
     "stage": ("colabkit.gdrive.staging", "stage"),
     "fetch": ("colabkit.gdrive.links", "fetch"),
 }

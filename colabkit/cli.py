@@ -232,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .migrate.cli import add_parser as add_migrate_parser  # `colabkit migrate`, see colabkit/migrate/cli.py
     add_migrate_parser(sub)
 
+    from .doctor.cli import add_parser as add_doctor_parser  # `colabkit doctor`, see colabkit/doctor/cli.py
+    add_doctor_parser(sub)
+
     return parser
 
 

@@ -19,7 +19,7 @@ LAYERS = [
     ("adapters, health, session", ["colabkit.keras", "colabkit.torch", "colabkit.torch_lightning", "colabkit.hf",
                                    "colabkit.guard", "colabkit.health",
                                    "colabkit.presence", "colabkit.keepalive", "colabkit.keepalive_page"]),
-    ("jobs, cluster, migrate", ["colabkit.jobs", "colabkit.cluster", "colabkit.migrate"]),
+    ("jobs, cluster, migrate", ["colabkit.jobs", "colabkit.cluster", "colabkit.migrate", "colabkit.doctor"]),
     ("skins", ["colabkit.magics", "colabkit.gpu_magics", "colabkit.cli", "colabkit.widgets", "colabkit.summary",
                "colabkit.demo", "colabkit.__main__", "colabkit"]),
 ]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import config as _config
 from .. import mounts as _mounts
+from . import digest as _digest
 from . import files as _files
 from . import state as _state
 from . import streaming as _streaming
@@ -22,7 +23,8 @@ from . import writer as _writer
 from .buffers import TOO_BIG, SnapshotBuffers, total_nbytes
 from .destinations import resolve_destination
 from .drive_trash import DriveMountFolder, my_drive_of
-from .folder import CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, InvalidCheckpoint, new_name
+from .folder import (CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, InvalidCheckpoint, new_name,
+                     written_alongside_by_older_version)
 from .lease import lease_for
 from .manifest import MAX_STEP, ManifestError
 from .storage import remove_tree
@@ -139,6 +141,7 @@ class Checkpoints:
                                   on_warning=self._warn, lease=self._lease, lease_owner=self, settles=settles,
                                   on_stop=self.release, direct=self._direct)
         self._generation = None       # this run's generation, settled by the first save (see _settle_run)
+        self._blake3_since = None     # carried into every manifest (see folder.written_alongside_by_older_version)
         self._lease_tried = False
         self._invalid_warned = set()  # (folder, name) of invalid entries already warned about
         self._restored_once = False   # restore() has read the folder: _newest_seen is what it holds
@@ -374,7 +377,8 @@ class Checkpoints:
             write = lambda d, s=snap: {**_files.hash_linked(taken, d), **_state.write_data(s, d)}  # noqa: E731
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
                                   info=info or {}, write=write,
-                                  release=release, generation=self._generation, direct=direct))
+                                  release=release, generation=self._generation,
+                                  blake3_since=self._blake3_since, direct=direct))
 
     def _settle_run(self, step: int) -> None:
         """Before the first save: this run's generation, and a clear error instead of a silent mix when the
@@ -391,7 +395,10 @@ class Checkpoints:
                     self._uploader.check_first = lambda: self._check_destination(step)
             infos = [c for c in infos if c.name not in self._damaged_seen]
             newest = max(infos, key=CheckpointInfo.order_key, default=None)
+            self._note_blake3_since(infos)
         generation = 0 if newest is None else newest.generation
+        if self._blake3_since is None:   # the folder's first BLAKE3 checkpoint is this one
+            self._blake3_since = time.time()
         if self.fresh:
             generation += 1
         elif newest is not None and newest.step > step:
@@ -408,7 +415,7 @@ class Checkpoints:
         error the first save would have raised."""
         newest = max((c for c in self.dest.committed() if c.name not in self._damaged_seen),
                      key=CheckpointInfo.order_key, default=None)
-        if newest is not None and newest.order_key()[:2] > (self._generation, step):
+        if newest is not None and newest.order_key()[:3] > (_digest.ERA[_digest.HASH], self._generation, step):
             raise CheckpointError(
                 f"{self.location} holds step {newest.step} of an earlier run, and this run started at step {step} "
                 f"without restoring it; its checkpoints stay on local disk at {self.local.path} and are not "
@@ -635,12 +642,34 @@ class Checkpoints:
                     self._damaged_seen.add(info.name)
                     continue
                 self._damaged_seen.discard(info.name)
+                self._note_blake3_since([g[0] for g in copies.values()])
+                self._say_older_version_alongside([g[0] for g in copies.values()], info)
                 if self._newest_seen is None or info.order_key() > self._newest_seen.order_key():
                     self._newest_seen = info
                 self._restored_once = True
                 return restored
         self._restored_once = True   # read, and nothing valid there
         return None
+
+    def _note_blake3_since(self, committed: list) -> None:
+        """Carry forward when the folder's first BLAKE3 checkpoint was made, from the checkpoints read."""
+        seen = [c.blake3_since for c in committed if c.blake3_since is not None]
+        if self._blake3_since is not None:
+            seen.append(self._blake3_since)
+        self._blake3_since = min(seen, default=None)
+
+    def _say_older_version_alongside(self, committed: list, restored: CheckpointInfo) -> None:
+        """Warn when an older colabkit (before BLAKE3 manifests) started a run of its own beside this one."""
+        older = written_alongside_by_older_version(committed)
+        if not older or restored.hash_era == 0:
+            return
+        steps = sorted(c.step for c in older)
+        versions = sorted({str(c.manifest.get("versions", {}).get("colabkit", "?")) for c in older})
+        self._warn(f"{self.location} also holds {len(older)} checkpoint(s) (steps {steps[0]}-{steps[-1]}) that an "
+                   f"older colabkit ({', '.join(versions)}) wrote after this run's first: it cannot read this "
+                   f"version's checkpoints and started over. Resuming step {restored.step} of this run; those rank "
+                   f"below it and are kept. Upgrade colabkit on every machine that resumes this folder (pip install "
+                   f"-U colabkit), then delete them (`colabkit checkpoints {self.location}` lists them).")
 
     def _read_checked(self, info: CheckpointInfo, *, retry: bool) -> dict:
         """The checkpoint's files, each read once and checked against the manifest (CorruptCheckpoint).

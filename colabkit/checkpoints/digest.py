@@ -14,6 +14,11 @@ import re
 
 HASH = "blake3"                       # what new checkpoints record
 KNOWN = ("blake3", "sha256")          # what a manifest may record, newest first
+# A colabkit from before BLAKE3 cannot read BLAKE3 manifests: it takes them for damaged ones and starts over in
+# the same folder, numbering its steps from 0 again. Its checkpoints must never outrank this version's, or an
+# upgraded machine would resume that restart once its step passed the real run's (and retention would then
+# delete the real run). So checkpoints rank first by the era of their hash: every BLAKE3 one above every sha256 one.
+ERA = {"sha256": 0, "blake3": 1}
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 8 << 20
 
@@ -37,6 +42,11 @@ def recorded(meta: dict) -> tuple[str, str]:
         if name in meta:
             return name, meta[name]
     raise KeyError("no file hash")
+
+
+def era(files: dict) -> int:
+    """The hash era of a manifest's ``files`` (see ERA): 1 when any file records BLAKE3, else 0."""
+    return max((ERA[name] for meta in files.values() for name in KNOWN if name in meta), default=0)
 
 
 def problem(meta: dict) -> str | None:

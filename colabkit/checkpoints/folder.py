@@ -77,9 +77,34 @@ class CheckpointInfo:
         """The run generation: 0, plus one for each new run started in the folder with ``fresh=True``."""
         return self.manifest.get("generation", 0)
 
+    @property
+    def hash_era(self) -> int:
+        """1 for a checkpoint whose manifest records BLAKE3, 0 for one recording sha256 (see digest.ERA)."""
+        return _digest.era(self.manifest["files"])
+
+    @property
+    def blake3_since(self) -> float | None:
+        """For a BLAKE3 checkpoint: when the folder's first BLAKE3 checkpoint was made, as its run carried it
+        forward (that first one may be long deleted); None for a sha256 one."""
+        if self.hash_era != _digest.ERA["blake3"]:
+            return None
+        return self.manifest.get("blake3_since", self.created)
+
     def order_key(self):
-        """Newest = highest (generation, step). The commit time only breaks ties: machines' clocks differ."""
-        return (self.generation, self.step, self.created, self.name)
+        """Newest = highest (hash era, generation, step). The commit time only breaks ties: machines' clocks
+        differ. The era first: an older colabkit's restart beside this version's run never outranks it."""
+        return (self.hash_era, self.generation, self.step, self.created, self.name)
+
+
+def written_alongside_by_older_version(committed: list) -> list:
+    """The sha256 checkpoints committed after the folder's first BLAKE3 one: written by a colabkit from before
+    BLAKE3 while this version's run was there (it cannot read that run, so it started one of its own). They rank
+    below every BLAKE3 checkpoint, and retention keeps them: they are that machine's work, not an old step of
+    this run. (sha256 checkpoints made before are the run's own past, from before the upgrade.)"""
+    first = min((c.blake3_since for c in committed if c.blake3_since is not None), default=None)
+    if first is None:
+        return []
+    return [c for c in committed if c.hash_era < _digest.ERA["blake3"] and c.created > first]
 
 
 @dataclasses.dataclass
@@ -106,9 +131,11 @@ def names_to_keep(committed: list, keep: int, keep_every: float | None) -> set[s
 
     Ranked by step within a run's generation, never by wall-clock time alone: a machine whose clock is behind
     must not make another machine's newer-step checkpoints look old. A run that starts over in a folder says
-    so (``fresh=True``) and gets a higher generation, so its checkpoints outrank the earlier run's."""
+    so (``fresh=True``) and gets a higher generation, so its checkpoints outrank the earlier run's. An older
+    colabkit's checkpoints written beside a BLAKE3 run are kept (see written_alongside_by_older_version)."""
     committed = sorted(committed, key=CheckpointInfo.order_key)
     names = {c.name for c in committed[-keep:]}
+    names.update(c.name for c in written_alongside_by_older_version(committed))
     if keep_every:
         last_kept_at = None
         for c in sorted(committed, key=lambda c: c.created):
@@ -223,7 +250,7 @@ class CheckpointFolder:
                         raise CorruptCheckpoint(f"{info.path / rel} does not match its {name} in the manifest")
 
     def commit(self, ckpt_dir: Path, *, step: int, epoch=None, batch=None, info: dict | None = None,
-               generation: int = 0, written: dict | None = None) -> CheckpointInfo:
+               generation: int = 0, blake3_since: float | None = None, written: dict | None = None) -> CheckpointInfo:
         """Hash the files already written in ``ckpt_dir`` (inside this folder) and write the manifest last.
 
         ``written``: {relative name: (digest.HASH hex, size)} of files that their writer hashed while writing and
@@ -243,7 +270,8 @@ class CheckpointFolder:
             else:
                 digest, size = _digest.hash_file(file, fsync=True)  # data durable before the manifest
             files[rel] = {"size": size, _digest.HASH: digest}
-        manifest = _manifest.build(step=step, epoch=epoch, batch=batch, files=files, info=info, generation=generation)
+        manifest = _manifest.build(step=step, epoch=epoch, batch=batch, files=files, info=info, generation=generation,
+                                   blake3_since=blake3_since)
         fsync_dir(ckpt_dir)
         write_bytes(ckpt_dir / _manifest.MANIFEST_NAME, _manifest.dumps(manifest))
         fsync_dir(ckpt_dir)

@@ -37,9 +37,11 @@ def _body_checksum(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def build(*, step: int, epoch, batch, files: dict, info: dict | None = None, generation: int = 0) -> dict:
+def build(*, step: int, epoch, batch, files: dict, info: dict | None = None, generation: int = 0,
+          blake3_since: float | None = None) -> dict:
     """A manifest dict. ``files`` maps relative path -> {"size": int, digest.HASH: str}; ``generation`` counts
-    the runs started over in the folder (see folder.names_to_keep)."""
+    the runs started over in the folder (see folder.names_to_keep); ``blake3_since``: when the folder's first
+    BLAKE3 checkpoint was made (see folder.written_alongside_by_older_version)."""
     from .._version import __version__
     body = {
         "format": FORMAT,
@@ -48,6 +50,7 @@ def build(*, step: int, epoch, batch, files: dict, info: dict | None = None, gen
         "batch": None if batch is None else int(batch),
         "generation": int(generation),
         "created": time.time(),
+        **({} if blake3_since is None else {"blake3_since": float(blake3_since)}),
         "files": {name: dict(meta) for name, meta in sorted(files.items())},
         "info": info or {},
         "versions": {"colabkit": __version__, "python": platform.python_version(), **_framework_versions()},
@@ -123,6 +126,10 @@ def _field_problem(manifest: dict) -> str | None:
             return f"has {key} {manifest[key]!r}, not a whole number from 0 to {MAX_STEP}"
     if not _whole(manifest.get("generation", 0), 0, MAX_GENERATION):
         return f"has generation {manifest.get('generation')!r}, not a whole number from 0 to {MAX_GENERATION}"
+    for key in ("created", "blake3_since"):
+        value = manifest.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return f"has {key} {value!r}, not a time in seconds"
     created = manifest.get("created")
     if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created) or created < 0:
         return f"has created {created!r}, not a time in seconds"

@@ -39,6 +39,7 @@ class Job:
     write: Callable[[Path], dict | None]          # writes the data files; returns what it hashed (folder.commit)
     release: Callable[[], None] | None = None   # called once the snapshot's memory is no longer needed
     generation: int = 0
+    blake3_since: float | None = None           # when the folder's first BLAKE3 checkpoint was made (manifest.build)
     direct: bool = False                        # may be written straight into the destination (nothing staged)
 
     def done_with_snapshot(self) -> None:
@@ -230,7 +231,8 @@ class Uploader:
             finally:
                 job.done_with_snapshot()
             info = self.local.commit(job.local_dir, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
-                                     generation=job.generation, written=written)
+                                     generation=job.generation, blake3_since=job.blake3_since,
+                                     written=written)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
             try:
                 _remove_uncommitted(job.local_dir)
@@ -270,7 +272,8 @@ class Uploader:
             target.mkdir(parents=True)
             written = job.write(target)
             info = self.dest.commit(target, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
-                                    generation=job.generation, written=written)
+                                    generation=job.generation, blake3_since=job.blake3_since,
+                                     written=written)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
             from .folder import CheckpointError
             from .lease import FolderInUse

@@ -22,7 +22,7 @@ ARRAY = "__colabkit_array__"
 def resign(ckpt_dir, mutate=None, *, files=None):
     """Edit a committed checkpoint and re-sign it: ``mutate(tree, arrays, manifest)`` changes state.json's tree,
     the arrays (name -> ndarray) and the manifest's body in place; ``files`` ({relative name: bytes}) replaces
-    files outright. Every file's size and sha256 and the manifest's own checksum are then recomputed."""
+    files outright. Every file's size and hash and the manifest's own checksum are then recomputed."""
     path = Path(ckpt_dir)
     body = {k: v for k, v in json.loads((path / manifest_mod.MANIFEST_NAME).read_text()).items() if k != "checksum"}
     if mutate is not None:
@@ -38,8 +38,8 @@ def resign(ckpt_dir, mutate=None, *, files=None):
     for rel, data in (files or {}).items():
         (path / rel).write_bytes(data)
     for rel in body["files"]:
-        digest, size = digest_mod.hash_file(path / rel, name="sha256")
-        body["files"][rel] = {"sha256": digest, "size": size}
+        digest, size = digest_mod.hash_file(path / rel)   # the hash colabkit records now
+        body["files"][rel] = {digest_mod.HASH: digest, "size": size}
     signed = {**body, "checksum": manifest_mod._body_checksum(body)}
     (path / manifest_mod.MANIFEST_NAME).write_bytes(manifest_mod.dumps(signed))
     try:   # intact: its checksum matches; a field the store itself refuses makes it skip the checkpoint there

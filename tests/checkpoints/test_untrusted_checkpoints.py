@@ -21,6 +21,7 @@ import tracemalloc
 import warnings
 from pathlib import Path
 
+import blake3
 import numpy as np
 import pytest
 
@@ -62,7 +63,7 @@ def resign(ckpt_dir: Path, change=lambda m: None, *, rehash=True) -> None:
             file = ckpt_dir / rel
             if file.is_file():
                 data = file.read_bytes()
-                m["files"][rel] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                m["files"][rel] = {"size": len(data), "blake3": blake3.blake3(data).hexdigest()}
     change(m)
     body = {k: v for k, v in m.items() if k != "checksum"}
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))

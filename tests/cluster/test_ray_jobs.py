@@ -276,3 +276,20 @@ def test_a_ray_client_address_runs_jobs_from_outside_the_cluster(ray_cluster, tm
     assert "on 0" in _log(run_dir, "ok") or "on 1" in _log(run_dir, "ok")
     assert "about to fail" in _log(run_dir, "bad")
     assert "1 of 2 job(s) failed (bad)" in done.stdout
+
+
+def test_doctor_reports_every_node_of_the_cluster(ray_cluster, tmp_path):
+    """`colabkit doctor --cluster`: the checks run as a task pinned to each node, one report per node (here the
+    NVML checks only: the framework probes and the all-reduce are tested on one machine in tests/doctor)."""
+    done = ray_cluster.run(sys.executable, "-m", "colabkit", "doctor", "--cluster", ray_cluster.address, "--json",
+                           "--skip", "cuda", "--skip", "gpus seen", "--skip", "nccl", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    reports = json.loads(done.stdout)
+    alive = ray_cluster.run(sys.executable, "-c", "import ray; ray.init(address='auto', logging_level='ERROR'); "
+                            "print(sum(n['Alive'] for n in ray.nodes()))", cwd=tmp_path)
+    assert len(reports) == int(alive.stdout.split()[-1]) >= 2, (reports, alive.stdout + alive.stderr)
+    assert len({r["node"] for r in reports}) == len(reports)
+    for report in reports:
+        (driver,) = [f for f in report["findings"] if f["check"] == "driver"]
+        assert driver["status"] == "ok" and "2 GPU(s)" in driver["found"], report
+        assert sorted(f["gpu"] for f in report["findings"] if f["check"] == "temperature") == [0, 1]

@@ -134,8 +134,8 @@ def test_a_checkpoint_whose_manifest_lists_a_path_outside_it_is_not_restored(gdr
     root = state.find("runs/t")["id"]
     evil = state.add("ckpt-000000000009-abcdef", root, mime=FOLDER)["id"]
     payload = b"not yours"
-    import hashlib
-    files = {"../../outside.bin": {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}}
+    import blake3
+    files = {"../../outside.bin": {"size": len(payload), "blake3": blake3.blake3(payload).hexdigest()}}
     state.add("MANIFEST.json", evil, data=m.dumps(m.build(step=9, epoch=None, batch=None, files=files)))
     parent = evil
     for _ in range(2):

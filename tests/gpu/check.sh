@@ -3,7 +3,7 @@
 # Skips cleanly (exit 0, one line) where there is none. Run from anywhere: tests/gpu/check.sh
 # Exercises: inventory (NVML and nvidia-smi agree), selection and its environment variables, TensorFlow seeing
 # exactly the chosen GPU (when TensorFlow is installed), monitored fits (colabkit.keras.Monitor: real NVML
-# samples, input share, verdicts), and a 2-job `colabkit run` on the GPU(s).
+# samples, input share, verdicts), a 2-job `colabkit run` on the GPU(s), and `colabkit doctor`.
 set -u -o pipefail
 
 if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -204,6 +204,27 @@ EOF
 else
     echo "(one GPU: --gpus-per-job 2 check skipped)"
 fi
+
+step "colabkit doctor: every check runs on a real driver (findings as the box has them)"
+# Expect: "OK driver ... supports CUDA up to X.Y, N GPU(s)"; a cuda line per framework (torch / TensorFlow: ok,
+# or skip where not installed); "gpus seen" ok in PCI order; pcie/persistence/power/ecc/temperature lines per
+# GPU (data-center GPUs report ECC and remapped rows; GeForce: "not reported by this GPU"); with one GPU, p2p and
+# nccl are skipped ("one GPU"); with 2+ GPUs and CUDA torch, "an NCCL all-reduce over N GPUs gave the right sum".
+# A fail here is the box's (exit 1), not the script's; the step fails only when a check itself broke.
+"$PYTHON" -m colabkit doctor --nccl-timeout 120
+"$PYTHON" -m colabkit doctor --json --nccl-timeout 120 >"$WORK/doctor.json"
+"$PYTHON" - "$WORK/doctor.json" <<'EOF' || fail "colabkit doctor"
+import json, sys
+findings = json.load(open(sys.argv[1]))
+broken = [f for f in findings if "the check itself failed" in f["found"]]
+assert not broken, broken
+driver = [f for f in findings if f["check"] == "driver"]
+assert driver and driver[0]["status"] == "ok", driver
+import colabkit
+n = sum(1 for g in colabkit.gpus() if not g.is_mig)
+assert sorted({f["gpu"] for f in findings if f["check"] == "pcie"}) == list(range(n)), findings
+print("OK doctor:", {s: sum(f["status"] == s for f in findings) for s in ("ok", "warn", "fail", "skip")})
+EOF
 
 echo
 if [ "$FAILED" = 0 ]; then echo "tests/gpu/check.sh: PASSED"; else echo "tests/gpu/check.sh: FAILED"; fi

@@ -415,3 +415,4 @@ def nvmlDeviceGetPowerUsage(handle):
 
 def nvmlDeviceGetEnforcedPowerLimit(handle):
     return int(_field(_whole_gpu(handle), "power_limit") * 1000)   # mW
+from ._doctor import *  # noqa: E402,F401,F403
