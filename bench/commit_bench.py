@@ -14,7 +14,12 @@ For each size (default 0.2 GB and 6 GB of float32 arrays of 256 MB at most, as a
 Each measure runs in a fresh process (so its peak resident memory, VmHWM, is its own), alternating between
 baseline and commit for ``--repeats`` rounds; best and median are printed, with the machine's load average.
 
-    python bench/commit_bench.py [--sizes-gb 0.2 6] [--repeats 3] [--dir DIR]
+With ``--stream``, each process runs in a cgroup v1 memory cgroup (root, Linux) whose limit is the state plus
+1 GB: the snapshot buffers do not fit, so the commit is the streamed one (variable by variable, the caller
+waiting; see colabkit/checkpoints/streaming.py), timed from the call until the checkpoint is committed, against
+one write + fsync of the same bytes in the same kind of cgroup. Sizes of at least 1.5 GB.
+
+    python bench/commit_bench.py [--sizes-gb 0.2 6] [--repeats 3] [--dir DIR] [--stream]
 
 Not a test: nothing fails on speed.
 """
@@ -78,6 +83,27 @@ def child(kind: str, nbytes: int, where: Path) -> dict:
                 assert ckpt.wait(), "not committed"
                 out["s"] = time.perf_counter() - t0
                 out.setdefault("first_s", out["s"])
+    elif kind == "stream":
+        os.environ["XDG_CACHE_HOME"] = str(where / "cache")
+        sys.path.insert(0, str(REPO))
+        import numpy as np
+
+        import colabkit
+
+        def place(buffers):
+            return {f"v{i}": b for i, b in enumerate(buffers)}
+
+        def copy(index, buffer):
+            np.copyto(buffer, arrays[index])
+
+        with colabkit.Checkpoints(where / "run") as ckpt:
+            for step in (1, 2):
+                t0 = time.perf_counter()
+                ckpt.save_snapshot(step, arrays, place, copy=copy)
+                out["stall_s"] = time.perf_counter() - t0
+                assert ckpt.wait(), "not committed"
+                out["s"] = time.perf_counter() - t0
+            out["streamed"] = ckpt.snapshot_buffer_sets == 0
     elif kind in ("blake3", "sha256"):
         sys.path.insert(0, str(REPO))
         from colabkit.checkpoints.digest import hasher
@@ -91,13 +117,50 @@ def child(kind: str, nbytes: int, where: Path) -> dict:
     return out
 
 
-def run_child(kind: str, nbytes: int, root: Path) -> dict:
+def run_child(kind: str, nbytes: int, root: Path, limit: int | None = None) -> dict:
+    """One measure in a fresh process; with ``limit``, in a fresh memory cgroup of that many bytes."""
     with tempfile.TemporaryDirectory(dir=root, prefix=f"{kind}-") as where:
-        done = subprocess.run([sys.executable, __file__, "--child", kind, str(nbytes), where], capture_output=True,
-                              text=True)
+        command = [sys.executable, __file__, "--child", kind, str(nbytes), where]
+        cgroup = None
+        if limit is not None:
+            cgroup = Path("/sys/fs/cgroup/memory") / f"colabkit-bench-{os.getpid()}-{time.monotonic_ns()}"
+            cgroup.mkdir()
+            (cgroup / "memory.limit_in_bytes").write_text(str(limit))
+            command = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *command]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True)
+        finally:
+            if cgroup is not None:
+                for _ in range(50):
+                    try:
+                        cgroup.rmdir()
+                        break
+                    except OSError:
+                        time.sleep(0.1)
         if done.returncode != 0:
-            raise SystemExit(f"{kind} at {nbytes} bytes failed:\n{done.stderr[-3000:]}")
+            raise SystemExit(f"{kind} at {nbytes} bytes failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main_stream(args, root: Path) -> None:
+    print("| state | cgroup limit | one write + fsync (best / median) | streamed commit (best / median) | "
+          "commit / write (best, median) | peak memory above the state |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for gb in args.sizes_gb:
+        nbytes = int(gb * 1e9) // 4 * 4
+        limit = nbytes + (1 << 30)
+        runs = {"write": [], "stream": []}
+        for _ in range(args.repeats):
+            for kind in runs:
+                runs[kind].append(run_child(kind, nbytes, root, limit))
+        assert all(r["streamed"] for r in runs["stream"]), "a save took snapshot buffers: the limit is too loose"
+        w = sorted(r["s"] for r in runs["write"])
+        c = sorted(r["s"] for r in runs["stream"])
+        extra = max(r["peak"] - r["state_peak"] for r in runs["stream"])
+        print(f"| {nbytes / 1e9:.1f} GB | {limit / 1e9:.1f} GB | {w[0]:.2f} / {statistics.median(w):.2f} s | "
+              f"{c[0]:.2f} / {statistics.median(c):.2f} s | {c[0] / w[0]:.2f}x, "
+              f"{statistics.median(c) / statistics.median(w):.2f}x | +{extra / nbytes:.2f}x the state "
+              f"({extra / 1e6:.0f} MB) |", flush=True)
 
 
 def main():
@@ -105,6 +168,8 @@ def main():
     parser.add_argument("--sizes-gb", type=float, nargs="+", default=[0.2, 6.0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="a folder on the disk to measure (default: TMPDIR)")
+    parser.add_argument("--stream", action="store_true",
+                        help="measure the streamed commit, in a memory cgroup too small for snapshot buffers")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -112,6 +177,10 @@ def main():
         return
     root = args.dir or Path(tempfile.gettempdir())
     print(f"machine: {os.cpu_count()} CPUs, load average at start {os.getloadavg()}, disk of {root}")
+    if args.stream:
+        main_stream(args, root)
+        print(f"load average at end {os.getloadavg()}")
+        return
     print("| state | one write of the bytes + fsync (best / median) | commit (best / median) | commit / write "
           "(best, median) | stall | first save's commit | blake3 alone | sha256 alone | peak RSS commit / state |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

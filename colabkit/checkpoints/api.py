@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import threading
 import time
 import warnings
 import weakref
@@ -17,8 +18,9 @@ from .. import mounts as _mounts
 from . import digest as _digest
 from . import files as _files
 from . import state as _state
+from . import streaming as _streaming
 from . import writer as _writer
-from .buffers import SnapshotBuffers, total_nbytes
+from .buffers import TOO_BIG, SnapshotBuffers, total_nbytes
 from .destinations import resolve_destination
 from .drive_trash import DriveMountFolder, my_drive_of
 from .folder import (CheckpointError, CheckpointFolder, CheckpointInfo, CorruptCheckpoint, InvalidCheckpoint, new_name,
@@ -149,6 +151,7 @@ class Checkpoints:
         self._snapshot_buffers = SnapshotBuffers()   # host buffers save_snapshot copies into, reused
         self.last_snapshot_s: float | None = None
         self._said_copied = False     # save_folder copied (not linked) files: said once
+        self._said_streamed = False   # a save was written variable by variable: said once
         _OPEN.add(self)
 
     def __repr__(self):
@@ -178,7 +181,8 @@ class Checkpoints:
         return self._waited(wait)
 
     def save_snapshot(self, step: int, specs, fill, *, periodic: bool = False, epoch=None, batch=None,
-                      info: dict | None = None, wait: bool | float = False, write: bool = True) -> bool | None:
+                      info: dict | None = None, wait: bool | float = False, write: bool = True,
+                      copy=None) -> bool | None:
         """Checkpoint a training loop's state as ``step``, copying its arrays once, into host buffers this store
         keeps and reuses from save to save: the copy the loop waits for is only the device-to-host copy (into
         memory already touched: one memcpy, no page faults); writing, hashing and uploading are background.
@@ -198,6 +202,12 @@ class Checkpoints:
         for it; that save returns None, and a later one uses the set.
         write: False takes the snapshot (``fill`` runs under the same rules) and writes nothing: a worker of a
         multi-worker run reads its variables as the one that writes does, and leaves the writing to it.
+        copy(index, buffer): copies the ``index``-th spec's array into ``buffer`` (the device-to-host copy);
+        when given, the store calls it for each buffer before ``fill``, and ``fill`` only places the buffers in
+        the state, as they are. Then a state whose buffers do not fit in free memory (MemAvailable, or the room
+        under a container's memory limit; see streaming.py) is not refused: ``fill`` gets placeholders, and
+        each array is copied into a small staging buffer, written and hashed in turn, while this call waits
+        for the whole write (said once per run). The checkpoint is the same as a buffered one.
 
         Returns None when nothing was taken; otherwise as ``save``: True, or with ``wait``, whether the
         checkpoint was committed in time. The buffers are given back once the snapshot is written (or dropped
@@ -205,12 +215,22 @@ class Checkpoints:
         previous checkpoint stays the newest.
         """
         pool = self._snapshot_buffers
-        buffers = pool.take(specs, wait=not periodic or pool.is_small(total_nbytes(specs)),
-                            reclaim=self._uploader.drop_pending)
+        nbytes = total_nbytes(specs)
+        free = []   # what can_allocate saw, for the message
+        can_allocate = None if copy is None else lambda: _streaming.fits(
+            nbytes, free.append(_streaming.available_bytes()) or free[-1])
+        buffers = pool.take(specs, wait=not periodic or pool.is_small(nbytes),
+                            reclaim=self._uploader.drop_pending, can_allocate=can_allocate)
         if buffers is None:   # every set is being written: a later batch asks again
             return None
+        if buffers is TOO_BIG:
+            return self._save_streamed(step, specs, fill, copy, free[-1], epoch=epoch, batch=batch, info=info,
+                                       wait=wait, write=write)
         give_back = lambda: pool.give_back(buffers)  # noqa: E731
         try:
+            if copy is not None:
+                for index, buffer in enumerate(buffers):
+                    copy(index, buffer)
             state = fill(buffers)
             if write:
                 self._submit(step, state, epoch=epoch, batch=batch, info=info, copy_arrays=False,
@@ -221,6 +241,35 @@ class Checkpoints:
         if not write:
             give_back()
             return True
+        return self._waited(wait)
+
+    def _save_streamed(self, step, specs, fill, copy, free, *, epoch, batch, info, wait, write) -> bool:
+        """``save_snapshot`` of a state whose buffers do not fit in free memory: written variable by variable
+        (streaming.py) while the caller waits."""
+        stream = _streaming.StreamedSave(specs, copy)
+        if not write:
+            stream.read_all()
+            fill(stream.placeholders)
+            return True
+        started = time.monotonic()
+        state = fill(stream.placeholders)
+        written = threading.Event()
+
+        def release():
+            stream.close()
+            written.set()
+
+        self._submit(step, state, epoch=epoch, batch=batch, info=info, copy_arrays=False, release=release,
+                     stream=stream)
+        # the variables are read while they are written: training waits until the writer is done with them
+        while not written.wait(1.0):
+            if not self._uploader.alive:
+                break
+        if not self._said_streamed:
+            self._said_streamed = True
+            log.warning("colabkit: the training state (%.1f GB) does not fit twice in free memory (%.1f GB): "
+                        "saves are written variable by variable and training waits for each (about %.1f s)",
+                        stream.nbytes / 1e9, free / 1e9, time.monotonic() - started)
         return self._waited(wait)
 
     def save_folder(self, step: int, source, *, link: bool = True, closed: bool = False, epoch=None, batch=None,
@@ -253,7 +302,8 @@ class Checkpoints:
         """Allocate the first set of snapshot buffers for ``specs`` (as ``save_snapshot`` takes them) unless one
         exists, without touching its memory: a training loop calls it before its first step, so that its first
         periodic save costs no allocation. Returns the size of a set (the state's arrays) in bytes."""
-        return self._snapshot_buffers.prefill(specs)
+        return self._snapshot_buffers.prefill(
+            specs, can_allocate=lambda: _streaming.fits(total_nbytes(specs), _streaming.available_bytes()))
 
     @property
     def snapshot_buffer_sets(self) -> int:
@@ -266,7 +316,7 @@ class Checkpoints:
             return True
         return self.wait(None if wait is True else float(wait))
 
-    def _submit(self, step, state, *, epoch, batch, info, copy_arrays, release, files=None) -> None:
+    def _submit(self, step, state, *, epoch, batch, info, copy_arrays, release, files=None, stream=None) -> None:
         """Snapshot ``state`` (or take ``files``: (source, link), see save_folder) and hand it to the uploader;
         once handed over, the uploader calls ``release``."""
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
@@ -319,7 +369,9 @@ class Checkpoints:
                 raise
         self.last_snapshot_s = time.monotonic() - started
         self._seq += 1
-        if taken is None:
+        if stream is not None:   # each array copied in just before it is written
+            write = lambda d, s=snap: _state.write_data(stream.snapshot(s), d)  # noqa: E731
+        elif taken is None:
             write = lambda d, s=snap: _state.write_data(s, d)  # noqa: E731
         else:
             write = lambda d, s=snap: {**_files.hash_linked(taken, d), **_state.write_data(s, d)}  # noqa: E731

@@ -41,10 +41,11 @@ class SnapshotBuffers:
         self._untouched: set[int] = set()   # ids of sets whose memory was never written
         self._cond = threading.Condition()
 
-    def take(self, variables, *, wait: bool = True, reclaim=None) -> list | None:
+    def take(self, variables, *, wait: bool = True, reclaim=None, can_allocate=None) -> list | None:
         """A set of buffers shaped like ``variables``. When all sets are in use: ``reclaim()`` (True when it
-        gave a set back) is asked first; then None without ``wait``, else wait for a set."""
-        layout = [(tuple(v.shape), np.dtype(_dtype_name(v))) for v in variables]
+        gave a set back) is asked first; then None without ``wait``, else wait for a set. ``can_allocate()``,
+        when given, is asked before a set is allocated: False returns TOO_BIG instead (nothing allocated)."""
+        layout = layout_of(variables)
         deadline = time.monotonic() + self.WAIT_S
         while True:
             with self._cond:
@@ -54,6 +55,9 @@ class SnapshotBuffers:
                 if allocate:
                     self._alive += 1
                     self.sets_allocated += 1
+            if allocate and can_allocate is not None and not can_allocate():
+                self._forget_one()
+                return TOO_BIG
             if allocate:
                 buffers = [np.empty(shape, dtype) for shape, dtype in layout]
             if buffers is not None:
@@ -75,6 +79,9 @@ class SnapshotBuffers:
                     continue
                 if self._free:
                     continue
+            if can_allocate is not None and not can_allocate():
+                return TOO_BIG
+            with self._cond:
                 log.warning("colabkit: no snapshot buffer came back in %.0fs (the previous checkpoint's write is "
                             "still running: a slow or hung destination disk); allocating another set, the size "
                             "of the training state", self.WAIT_S)
@@ -93,10 +100,18 @@ class SnapshotBuffers:
             self._free = []
             self._untouched.clear()
 
-    def prefill(self, variables) -> int:
-        """Allocate one set unless one exists (its memory is touched when a periodic save first asks for it).
-        Returns the size of a set in bytes."""
-        layout = [(tuple(v.shape), np.dtype(_dtype_name(v))) for v in variables]
+    def _forget_one(self) -> None:
+        """A set counted as allocated was not, after all."""
+        with self._cond:
+            self._alive -= 1
+            self.sets_allocated -= 1
+
+    def prefill(self, variables, *, can_allocate=None) -> int:
+        """Allocate one set unless one exists (its memory is touched when a periodic save first asks for it),
+        and unless ``can_allocate()`` says it does not fit. Returns the size of a set in bytes."""
+        layout = layout_of(variables)
+        if can_allocate is not None and not can_allocate():
+            return total_nbytes(variables)
         with self._cond:
             self._use_layout(layout)
             if self._alive == 0:
@@ -126,6 +141,14 @@ class SnapshotBuffers:
             else:
                 self._alive -= 1   # of another layout, or an extra set: let it go
             self._cond.notify_all()
+
+
+TOO_BIG = "too big"   # what take() returns when a set would not fit in free memory (see streaming.py)
+
+
+def layout_of(variables) -> list:
+    """(shape, NumPy dtype) of each variable or spec."""
+    return [(tuple(v.shape), np.dtype(_dtype_name(v))) for v in variables]
 
 
 def total_nbytes(variables) -> int:

@@ -56,12 +56,23 @@ class _InThread:
     def _run(self):
         try:
             while (item := self._queue.get()) is not None:
+                if isinstance(item, threading.Event):
+                    item.set()
+                    continue
                 self.state.update(item)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread  # pragma: no cover
             self._error = exc
 
     def update(self, data) -> None:
         self._queue.put(data)
+
+    def caught_up(self) -> None:
+        """Return once every buffer fed so far went into the state (the caller may then reuse them)."""
+        done = threading.Event()
+        self._queue.put(done)
+        while not done.wait(1.0):
+            if not self._thread.is_alive():  # pragma: no cover - it failed: finish() raises its error
+                return
 
     def finish(self):
         """The state, once every buffer fed so far went into it."""
@@ -130,8 +141,20 @@ class _Syncer:
         self._thread.join()
 
 
-def _npy_header(array: np.ndarray) -> bytes:
-    header = np.lib.format.header_data_from_array_1_0(array)
+class Deferred:
+    """An array that ``write`` asks for (``produce()``) only when it writes it, and lets go before it asks for
+    the next: a state streamed variable by variable (streaming.py) holds one variable in host memory at a time.
+    ``produce`` may return the same memory each time: its bytes are hashed before the next call."""
+
+    def __init__(self, shape, dtype, produce):
+        self.shape, self.dtype, self.produce = tuple(shape), np.dtype(dtype), produce
+
+    def header_data(self) -> dict:
+        return {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": self.shape}
+
+
+def _npy_header(array) -> bytes:
+    header = array.header_data() if isinstance(array, Deferred) else np.lib.format.header_data_from_array_1_0(array)
     out = io.BytesIO()
     writer = getattr(np.lib.format, "_write_array_header", None)
     if writer is not None:
@@ -156,6 +179,13 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
     With ``durable`` the data is on stable storage when this returns (fsync). Raises OSError as is."""
     prepared = []
     for key, array in arrays.items():
+        if isinstance(array, Deferred):
+            if array.dtype.hasobject:
+                raise ValueError(f"array {key!r} has an object dtype, which cannot be stored without pickle")
+            name = f"{key}.npy"
+            prepared.append((name.encode("utf-8"), 0x0008 | (0 if name.isascii() else 0x0800), _npy_header(array),
+                             array))
+            continue
         array = np.asarray(array)
         if array.dtype.hasobject:
             raise ValueError(f"array {key!r} has an object dtype, which cannot be stored without pickle")
@@ -184,6 +214,9 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
 
     try:
         for name, flags, header, array in prepared:
+            deferred = isinstance(array, Deferred)
+            if deferred:
+                array = _produced(array, name)
             size = len(header) + array.nbytes
             start = offset
             fixed = 30 + len(name) + 20 + 4   # local header + zip64 extra + the padding field's own header
@@ -205,6 +238,9 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
             if summing is not None:
                 summing.finish()
                 summing = None
+            if deferred:   # its memory is reused for the next variable: hashed first, then let go
+                hasher.caught_up()
+                array = raw = chunk = None
             emit(struct.pack("<IIQQ", 0x08074B50, crc.value, size, size))
             entries.append((name, flags, crc.value, size, start))
         cd_start = offset
@@ -238,6 +274,15 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
         raise
     os.close(fd)
     return file_digest, offset
+
+
+def _produced(deferred: Deferred, name: bytes) -> np.ndarray:
+    array = deferred.produce()
+    if tuple(array.shape) != deferred.shape or array.dtype != deferred.dtype or not array.flags.c_contiguous:
+        raise ValueError(f"{name.decode()}: the array produced is {array.dtype}{tuple(array.shape)}"
+                         f"{'' if array.flags.c_contiguous else ' (not contiguous)'}, not the "
+                         f"{deferred.dtype}{deferred.shape} announced")
+    return array
 
 
 def read_into_memory(source, *, expected_size: int | None = None, hash_name: str = digest.HASH

@@ -110,6 +110,11 @@ class Uploader:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def alive(self) -> bool:
+        """Whether the background thread still runs (it calls a job's release once done with it)."""
+        return self._thread.is_alive()
+
     def unreserve(self, name: str) -> None:
         with self._cond:
             self._reserved.discard(name)

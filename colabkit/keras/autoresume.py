@@ -475,13 +475,13 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         self._state_nbytes = total_nbytes(everything)   # optimizers built in the first step count from then on
         paths_of = self._vars.paths_of
 
-        def fill(buffers):
+        def fill(buffers):   # the store has copied each variable into its buffer (copy= below)
             arrays = iter(buffers)
-            copy = lambda variables: [copy_into(next(arrays), v) for v in variables]  # noqa: E731
+            placed = lambda variables: [next(arrays) for _ in variables]  # noqa: E731
             return {
-                "model": copy(model_vars), "model_paths": paths_of(model_vars),
-                "optimizer": copy(opt_vars), "optimizer_paths": paths_of(opt_vars),
-                "metrics": copy(metric_vars), "metrics_paths": paths_of(metric_vars),
+                "model": placed(model_vars), "model_paths": paths_of(model_vars),
+                "optimizer": placed(opt_vars), "optimizer_paths": paths_of(opt_vars),
+                "metrics": placed(metric_vars), "metrics_paths": paths_of(metric_vars),
                 "rng": rng_state(), "layout": LAYOUT, "optimizer_builds": self._vars.optimizer_builds(),
                 "callbacks": other_callbacks.states(self._other_callbacks()),
                 "input": self._input.state(position),
@@ -491,7 +491,8 @@ class AutoResume(RunAttributes, FitHooks, keras.callbacks.Callback):
         writes = self._mw is None or self._mw.is_chief
         ok = self.checkpoints.save_snapshot(self._step, everything, fill, periodic=reason in ("save_freq", "every"),
                                             epoch=epoch, batch=batch, info={"reason": reason}, wait=wait,
-                                            write=writes)
+                                            write=writes,
+                                            copy=lambda index, buffer: copy_into(buffer, everything[index]))
         if ok is None:   # the previous snapshot is still being written: the next batch end asks again
             return False
         self._last_saved_position, self._saved_in_run, self._last_saved_step = position, True, self._step

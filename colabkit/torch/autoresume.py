@@ -378,8 +378,8 @@ class AutoResume(RunAttributes):
         return _encode_small(self._place.stateful.state_dict())
 
     def _state(self, ranks=None):
-        """(the specs of the tensors to copy, fill): ``fill(buffers)`` copies each tensor once into its host
-        buffer and returns the state to save (see Checkpoints.save_snapshot)."""
+        """(the specs of the tensors to copy, fill, copy): ``copy(i, buffer)`` copies the i-th tensor into its host
+        buffer; ``fill(buffers)`` returns the state to save, holding those buffers (see Checkpoints.save_snapshot)."""
         tensors = []
         objects = {name: _encode(target(obj).state_dict(), tensors) for name, obj in self.objects.items()}
         user = _encode(self.state, tensors)   # a copy: later in-place updates do not reach the background write
@@ -387,8 +387,6 @@ class AutoResume(RunAttributes):
         self._state_nbytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in specs)
 
         def fill(buffers):
-            for tensor, buffer in zip(tensors, buffers):
-                _copy_into(buffer, tensor)
             state = {"format": FORMAT, "objects": _fill(objects, buffers), "user": _fill(user, buffers),
                      "classes": {name: type(target(obj)).__name__ for name, obj in self.objects.items()},
                      "rng": self._rng_state(), "epoch_start": self._place.epoch_start if self.batch else None,
@@ -397,7 +395,7 @@ class AutoResume(RunAttributes):
                 state["ranks"] = ranks
             return state
 
-        return specs, fill
+        return specs, fill, lambda index, buffer: _copy_into(buffer, tensors[index])
 
     def _save(self, *, reason: str, wait=False, event: str = "save", manual: bool = False) -> bool:
         # the loops' saves skip a position already saved; a manual one cannot know the model stayed as it was
@@ -427,9 +425,10 @@ class AutoResume(RunAttributes):
     def _write(self, reason, wait, event, ranks) -> bool:
         """Rank 0 (or the only process): the store copies the state into its host buffers and writes it. False
         when a periodic save of a large state finds the buffers still being written (the next batch asks again)."""
-        specs, fill = self._state(ranks=ranks)
+        specs, fill, copy = self._state(ranks=ranks)
         ok = self.checkpoints.save_snapshot(self.step, specs, fill, periodic=reason in ("save_freq", "every"),
-                                            epoch=self.epoch, batch=self.batch, info={"reason": reason}, wait=wait)
+                                            epoch=self.epoch, batch=self.batch, info={"reason": reason}, wait=wait,
+                                            copy=copy)
         if ok is None:
             return False
         self._last_saved = (self.step, self.epoch, self.batch)

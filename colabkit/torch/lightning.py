@@ -129,13 +129,12 @@ class CheckpointIO(_LightningCheckpointIO):
         training = self._training
 
         def fill(buffers):
-            for tensor, buffer in zip(tensors, buffers):
-                _copy_into(buffer, tensor)
             return {"format": FORMAT, "name": name, "training": training, "checkpoint": _fill(tree, buffers)}
 
         committed = self.store().save_snapshot(
             step, specs, fill, periodic=self._periodic, epoch=checkpoint.get("epoch"), batch=_batch_of(checkpoint),
-            info={"reason": "lightning", "name": name}, wait=self._wait)
+            info={"reason": "lightning", "name": name}, wait=self._wait,
+            copy=lambda index, buffer: _copy_into(buffer, tensors[index]))
         if committed is None:
             self.last_step = None   # the buffers are being written: the callback asks again at the next batch
             return
