@@ -3,6 +3,8 @@ a local destination written once, a resume that reads each file once. The times 
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -390,3 +392,62 @@ def _name_of(source) -> str:
     if hasattr(source, "fileno"):
         return Path(os.readlink(f"/proc/self/fd/{source.fileno()}")).name
     return Path(source).name
+
+
+_RESUME_IN_A_FRESH_PROCESS = """
+import sys, warnings
+import numpy as np
+import keras
+import colabkit
+sys.path.insert(0, sys.argv[3])
+from test_save_cost import wide_model
+model = wide_model(64)
+auto = colabkit.keras.AutoResume(sys.argv[1], deadline=None, verbose=0)
+auto.set_model(model)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    auto.on_train_begin()
+auto._restore_signal_handlers()   # no fit() runs here: put back what on_train_begin installed
+np.savez(sys.argv[2], *[v.numpy() for v in [*model.variables, *model.optimizer.variables]])
+print("RESTORED", auto.restored.step, any("damaged" in str(w.message) for w in caught))
+"""
+
+
+def test_a_keras_resume_in_a_fresh_process_is_bit_exact_and_falls_back_past_a_damaged_checkpoint(tmp_path, ck_env):
+    dest = tmp_path / "dest"
+    model = wide_model(64)
+    auto = colabkit.keras.AutoResume(str(dest), save_freq=2, keep=3, deadline=None, verbose=0)
+    saved = {}
+
+    class KeepEverySave(keras.callbacks.Callback):   # after AutoResume's: what each periodic save holds
+        def on_train_batch_end(self, batch, logs=None):
+            if (batch + 1) % 2 == 0:
+                saved[batch + 1] = [np.array(v.numpy()) for v in [*model.variables, *model.optimizer.variables]]
+
+    x = np.random.RandomState(0).rand(32, 64).astype("float32")
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[auto, KeepEverySave()])
+    assert auto.checkpoints.wait(60)
+    committed = CheckpointFolder(dest).committed()
+    assert committed[-1].step == 4
+
+    def resume_in_a_fresh_process(vm: str):
+        out = tmp_path / f"{vm}.npz"
+        done = subprocess.run([sys.executable, "-c", _RESUME_IN_A_FRESH_PROCESS, str(dest), str(out),
+                               str(Path(__file__).resolve().parent)], capture_output=True, text=True, timeout=300,
+                              env={**ck_env, "XDG_CACHE_HOME": str(tmp_path / vm)})
+        line = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("RESTORED")]
+        assert done.returncode == 0 and line, done.stderr[-3000:]
+        with np.load(out) as arrays:
+            return int(line[0][1]), line[0][2] == "True", [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+
+    step, warned, restored = resume_in_a_fresh_process("vm2")
+    assert (step, warned) == (4, False)
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(restored, saved[4], strict=True))
+
+    newest = committed[-1].path / "arrays.npz"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    step, warned, restored = resume_in_a_fresh_process("vm3")
+    assert (step, warned) == (2, True), "the damaged newest checkpoint is skipped, with a warning"
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(restored, saved[2], strict=True))
