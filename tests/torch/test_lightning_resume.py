@@ -98,7 +98,9 @@ def after_fit(handlers, refs):
     import threading
 
     kept = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)] == handlers
-    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    # the machine's flight recorder (colabkit health --last) records until the process ends, by design
+    threads = [t.name for t in threading.enumerate()
+               if t is not threading.main_thread() and t.name != "colabkit-flight-recorder"]
     gc.collect()
     alive = [type(r()).__name__ for r in refs if r() is not None]
     print("AFTER " + json.dumps({"handlers_kept": kept, "threads": threads, "alive": alive}), flush=True)
