@@ -6,7 +6,8 @@ that after a freeze, a hard reset or a kill someone can say what the machine loo
 
 Every ``flight_sample_every`` (2 s) one record holds, per GPU, temperature, power, SM and memory clocks, the
 clock-event (throttle) reasons, memory used/total and utilization (NVML, through colabkit.health.sampler), and
-for the host the CPU temperature where /sys has it, the 1-minute load average and RAM used %. Records are
+for the host the CPU temperature where /sys has it, the 1-minute load average and RAM used %. NVML's Xid
+critical-error events (xid_watch.py) go in as records of their own, synced at once. Records are
 flushed to disk (fdatasync) every ``flight_sync_every`` (5 s): a power loss loses at most that much. The file
 (flight_ring.py) is ``flight_ring_size`` (4 MiB: about 12 hours with two GPUs) and never grows.
 
@@ -151,6 +152,19 @@ def gpu_reading(s) -> list:
             None if s.memory_total is None else round(s.memory_total / mib), s.reason_bits]
 
 
+def _xid_watch(sampler):
+    """NVML Xid events for the GPUs, or None (no GPU, no NVML events here): see xid_watch.py."""
+    if not sampler.gpus:
+        return None
+    try:
+        from ..devices.nvml import open_nvml
+        from .xid_watch import XidWatch
+        return XidWatch.open(open_nvml())
+    except Exception:
+        log.debug("colabkit: no NVML Xid events", exc_info=True)
+        return None
+
+
 class FlightRecorder:
     """Records the machine into the ring at ``path`` from a daemon thread, once it holds the ring's lock."""
 
@@ -225,8 +239,9 @@ class FlightRecorder:
         writer.append({"k": "start", "t": round(started, 3), **facts})
         writer.sync()
         self.recording = True
+        xids = _xid_watch(sampler)
         try:
-            self._loop(writer, sampler, sensor, info, facts)
+            self._loop(writer, sampler, sensor, info, facts, xids)
         except Exception as exc:
             # the end is the recorder's own, not the machine's: say so in the ring, where it still takes records
             with contextlib.suppress(Exception):
@@ -234,8 +249,11 @@ class FlightRecorder:
                 writer.set_info({**info, "state": "stopped"})
                 writer.sync()
             raise
+        finally:
+            if xids is not None:
+                xids.close()
 
-    def _loop(self, writer: RingWriter, sampler, sensor, info: dict, facts: dict) -> None:
+    def _loop(self, writer: RingWriter, sampler, sensor, info: dict, facts: dict, xids=None) -> None:
         last_sync, count = time.monotonic(), 0
         while True:
             count += 1
@@ -245,6 +263,11 @@ class FlightRecorder:
             samples = [q[-1] for q in sampler.gpu_history.values() if q]
             writer.append({"k": "s", "t": round(time.time(), 3), "g": [gpu_reading(s) for s in samples],
                            "h": host_reading(sensor)})
+            errors = xids.poll() if xids is not None else []
+            for event in errors:
+                writer.append({"k": "xid", "t": round(time.time(), 3), **event})
+            if errors:   # an Xid is often the last thing before a freeze: on disk now, not at the next sync
+                writer.sync()
             stopping = self._stop.wait(self.sample_every)
             # synced now unless the next sample still comes within sync_every of the last sync
             if stopping or time.monotonic() - last_sync + self.sample_every > self.sync_every:

@@ -240,3 +240,35 @@ def test_a_torch_autoresume_loop_records_while_it_trains(recording_env, tmp_path
     report = last_recording(kernel_log=False)
     assert report["state"] == "clean" and report["samples"] >= 1
     assert [g["name"] for g in report["gpus"]] == ["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090"]
+
+
+@pytest.mark.slow
+def test_an_xid_event_from_nvml_is_recorded_and_named_without_a_readable_kernel_log(recording_env, fake_gpus,
+                                                                                      run_cli, tmp_path,
+                                                                                      monkeypatch):
+    # GPU 1 falls off the bus 0.3 s into the recording; GPU 0's board gives no NVML events at all
+    fake_gpus("xid_rig")
+    monkeypatch.setenv("COLABKIT_KERNEL_LOG", str(tmp_path / "no-such-kern.log"))
+    path = ring_path()
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, "100000"], start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def xid_recorded():
+        try:
+            return any(r.get("k") == "xid" for r in read_records(path)[1])
+        except (OSError, ValueError):
+            return False
+    try:
+        assert wait_for(xid_recorded, 60), "no Xid event recorded"
+    finally:
+        os.killpg(trainer.pid, signal.SIGKILL)
+        trainer.wait(30)
+
+    report = json.loads(run_cli("health", "--last", "--json").stdout)
+    assert report["state"] == "abrupt"
+    assert [(e["gpu"], e["xid"], e["pci"], e["meaning"]) for e in report["xid_events"]] == \
+        [(1, 79, "00000000:02:00.0", "GPU has fallen off the bus")]
+    assert "NVML reported Xid 79 on GPU 1 (00000000:02:00.0): GPU has fallen off the bus at " in report["verdict"]
+    shown = run_cli("health", "--last").stdout
+    assert "GPU errors NVML reported while recording: 1" in shown
+    assert "  Xid 79 on GPU 1 (00000000:02:00.0): GPU has fallen off the bus at " in shown
