@@ -180,11 +180,11 @@ def costs(since=None, by: str = "project", path=None, settings=None) -> dict:
         key = str(rec.get(by) or "?")
         row = rows.setdefault(key, _empty(key))
         money = rec.get("money")
-        if rec.get("currency") not in (None, settings.currency):
+        if str(rec.get("currency") or settings.currency).upper() != settings.currency:
             money = None     # priced in another currency (the setting changed since): priced again in this one
         if money is None and price is not None and rec.get("kwh") is not None:
             money = rec["kwh"] * price
-        same_currency = (rec.get("cloud_currency") or "USD") == settings.currency
+        same_currency = str(rec.get("cloud_currency") or "USD").upper() == settings.currency
         if rec.get("cloud_date"):
             dates.add(rec["cloud_date"])
         for target in (row, total):

@@ -306,3 +306,16 @@ def test_costs_reads_a_ledger_edited_by_hand_and_names_the_lines_it_skips(tmp_pa
     assert round(row["money"], 6) == 0.54 and round(row["saved"], 6) == 2.76
     shown = run_cli("costs").stdout
     assert f"3 line(s) of {path} skipped, not a run record with numeric figures (line 3, 4, 5)" in shown
+
+
+def test_a_lower_case_currency_is_still_compared_with_the_cloud(tmp_path, monkeypatch):
+    from colabkit import config
+    from colabkit.health import prices
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('electricity_price = 0.5\ncurrency = "eur"\n[cloud_prices]\ncurrency = "Eur"\n'
+                   '"aws g6e (L40S)" = 1.8\n[cloud_prices.compare]\n"RTX 6000 Ada" = "aws g6e (L40S)"\n')
+    monkeypatch.setenv("COLABKIT_CONFIG", str(cfg))
+    priced = prices.costs_of({"gpus": ["NVIDIA RTX 6000 Ada Generation"], "gpu_hours": 1.0, "kwh": 1.0},
+                             config.load())
+    assert priced["currency"] == "EUR" and priced["cloud"]["currency"] == "EUR"
+    assert priced["saved"] == pytest.approx(1.8 - 0.5)
