@@ -227,7 +227,9 @@ class FlightRecorder:
     def _record(self, fd: int) -> None:
         from .sampler import Sampler
         writer = RingWriter(fd, self.size)
-        sampler = Sampler(history=2, gpus=self._gpus)
+        # every GPU of the machine: the ring is the machine's, and a trainer limited to one GPU by
+        # CUDA_VISIBLE_DEVICES holds it while others train on the rest
+        sampler = Sampler(history=2, gpus=self._gpus, every_gpu=True)
         sensor = cpu_sensor()
         started = time.time()
         info = {"host": socket.gethostname(), "boot_id": boot_id(), "pid": self.pid, "started": started,

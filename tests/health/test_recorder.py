@@ -272,3 +272,19 @@ def test_an_xid_event_from_nvml_is_recorded_and_named_without_a_readable_kernel_
     shown = run_cli("health", "--last").stdout
     assert "GPU errors NVML reported while recording: 1" in shown
     assert "  Xid 79 on GPU 1 (00000000:02:00.0): GPU has fallen off the bus at " in shown
+
+
+def test_a_trainer_limited_to_one_gpu_records_every_gpu_of_the_machine(fake_gpus, monkeypatch, tmp_path):
+    # the ring is the machine's and only one process records it: a trainer on GPU 1 alone must not leave GPU 0,
+    # where another training runs, out of it
+    from colabkit.health.recorder import FlightRecorder
+    fake_gpus("hot_rig")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    path = tmp_path / "flight.ring"
+    recorder = FlightRecorder(path, size=64 * 1024, sample_every=0.05, sync_every=0.1).start()
+    try:
+        assert wait_for(lambda: _samples(path) >= 1, 60), "nothing recorded"
+    finally:
+        recorder.stop()
+    report = last_recording(path=path, kernel_log=False)
+    assert [(g["index"], g["temperature"]["last"]) for g in report["gpus"]] == [(0, 74), (1, 91)]
