@@ -44,6 +44,20 @@ _CPU_ZONES = ("x86_pkg_temp", "cpu-thermal", "cpu_thermal", "soc_thermal", "acpi
 _lock = threading.Lock()
 _current: FlightRecorder | None = None
 _warned = False
+_held_fds: set = set()    # the locked ring's descriptor while this process records
+
+
+def _drop_ring_in_child() -> None:
+    """After a fork (a DataLoader worker): close the child's copy of the locked ring. A flock belongs to the open
+    file, so a worker that outlives its trainer would otherwise hold it and pass for a live recorder."""
+    for fd in list(_held_fds):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_fds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_ring_in_child)
 
 
 def ring_path(settings=None) -> Path:
@@ -205,6 +219,7 @@ class FlightRecorder:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _held_fds.add(fd)
                 return fd
             except BlockingIOError:
                 os.close(fd)   # another process records this machine: take over when it ends
@@ -222,6 +237,7 @@ class FlightRecorder:
         finally:
             self.recording = False
             if fd is not None:
+                _held_fds.discard(fd)
                 os.close(fd)    # releases the lock
 
     def _record(self, fd: int) -> None:

@@ -288,3 +288,36 @@ def test_a_trainer_limited_to_one_gpu_records_every_gpu_of_the_machine(fake_gpus
         recorder.stop()
     report = last_recording(path=path, kernel_log=False)
     assert [(g["index"], g["temperature"]["last"]) for g in report["gpus"]] == [(0, 74), (1, 91)]
+
+
+FORKING_TRAINER = textwrap.dedent("""
+    import os, sys, time
+    import colabkit
+    with colabkit.monitor(hang_timeout="off") as mon:
+        mon.step(loss=1.0)
+        time.sleep(0.5)                 # recording by now
+        worker = os.fork()              # a DataLoader worker (fork start method) that outlives its trainer
+        if worker == 0:
+            time.sleep(120)
+            os._exit(0)
+        print(worker, flush=True)
+        for step in range(100000):
+            time.sleep(0.05)
+            mon.step(loss=1.0)
+""")
+
+
+@pytest.mark.slow
+def test_a_forked_worker_left_behind_does_not_pass_for_the_recorder(recording_env):
+    path = ring_path()
+    trainer = subprocess.Popen([sys.executable, "-c", FORKING_TRAINER], stdout=subprocess.PIPE, text=True)
+    worker = int(trainer.stdout.readline())
+    try:
+        assert wait_for(lambda: _samples(path) >= 3, 60), "the training process recorded nothing"
+        trainer.kill()                   # the trainer alone: its worker lives on
+        trainer.wait(30)
+        report = last_recording(kernel_log=False)
+        assert report["state"] == "abrupt", report["verdict"]
+    finally:
+        trainer.kill()
+        os.kill(worker, signal.SIGKILL)
