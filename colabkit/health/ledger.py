@@ -100,9 +100,11 @@ def _checked(rec) -> dict | None:
             return None
         try:
             out[key] = float(value)
-        except (TypeError, ValueError):
-            return None
-        if out[key] != out[key]:      # NaN
+            if out[key] != out[key]:      # NaN
+                return None
+            if key in ("gpu_count", "lost_steps"):
+                out[key] = int(out[key])
+        except (TypeError, ValueError, OverflowError):
             return None
     return out
 
