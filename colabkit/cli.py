@@ -213,8 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Reads the flight recorder's ring file (cache_dir/flight/flight.ring, written "
                                    "while trainings run): whether the newest recording ended cleanly, was killed or "
                                    "ended in a freeze or reboot; per GPU the last and peak temperature, power, "
-                                   "clocks, throttle reasons and memory; host CPU temperature, load and RAM; and "
-                                   "the kernel log's Xid, thermal, OOM and lockup lines for that time.")
+                                   "clocks, throttle reasons and memory; host CPU temperature, load and RAM; the "
+                                   "GPU errors (Xid) NVML reported while recording; and the kernel log's Xid, "
+                                   "thermal, OOM and lockup lines for that time.")
     p.add_argument("--last", action="store_true", help="the newest recording (the default, and so far the only view)")
     p.add_argument("--minutes", type=float, default=10.0, help="how much of its end to summarize (default 10)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")

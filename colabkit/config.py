@@ -123,6 +123,11 @@ def _text(value: Any, name: str) -> str:
     return value.strip()
 
 
+def _currency(value: Any, name: str) -> str:
+    """A currency code, upper case ("eur" and "EUR" are one currency when prices are compared)."""
+    return _text(value, name).upper()
+
+
 def _text_or_none(value: Any, name: str):
     return None if isinstance(value, str) and value.strip().lower() in ("", "none") else _text(value, name)
 
@@ -276,7 +281,7 @@ FIELDS = (
     # what a run cost (colabkit.health.energy, prices, ledger)
     _Field("electricity_price", _price_or_none, None, 'a price per kWh such as 0.30, or "none"',
            "What a kWh costs you; none: reports show kWh, not money."),
-    _Field("currency", _text, "USD", "a currency code such as \"EUR\"",
+    _Field("currency", _currency, "USD", "a currency code such as \"EUR\"",
            "The currency of electricity_price (cloud prices are compared only in the same currency)."),
     _Field("project", _text_or_none, None, "a name, or \"none\"",
            "The project runs are booked under in the cost ledger. none: the run's checkpoint folder name, "

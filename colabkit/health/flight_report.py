@@ -143,7 +143,7 @@ def last_recording(minutes: float = 10.0, path=None, kernel_log: bool = True) ->
     path = Path(path) if path is not None else ring_path()
     now = time.time()
     report = {"path": str(path), "state": "none", "now": now, "minutes": minutes, "gpus": [], "host": {},
-              "earlier": [], "kernel_log": None}
+              "xid_events": [], "earlier": [], "kernel_log": None}
     try:
         _, records = read_records(path)
     except FileNotFoundError:
@@ -177,6 +177,7 @@ def last_recording(minutes: float = 10.0, path=None, kernel_log: bool = True) ->
                   samples=len(window), sample_every=period, note=start.get("note") or "",
                   recorder_error=last.get("error") if last.get("k") == "stop" else None)
     report["gpus"] = [_gpu_summary(i, metas[i], window, period) for i in sorted(metas)]
+    report["xid_events"] = [xid_event(r) for r in session if r.get("k") == "xid"]
     host = [s.get("h") or [None] * 3 for s in window]
     report["host"] = {"cpu_temperature": _stat([h[0] for h in host]), "load1": _stat([h[1] for h in host]),
                       "ram_percent": _stat([h[2] for h in host])}
@@ -208,6 +209,8 @@ def verdict(report: dict) -> str:
         head = (f"the recording stopped without a clean end at {when}, {ago} ago; the machine has not rebooted "
                 f"since, so its process (pid {report['pid']}) was killed or crashed")
     parts = [_gpu_phrase(report["gpus"], report["sample_every"])] if report["gpus"] else []
+    if report.get("xid_events"):
+        parts.append("NVML reported " + describe_xid(report["xid_events"][-1]))
     events = (report.get("kernel_log") or {}).get("events") or []
     if events:
         parts.append("kernel log: " + describe_event(min(events, key=lambda e: _EVENT_ORDER.index(e["kind"]))))
@@ -229,6 +232,21 @@ def _gpu_phrase(gpus: list, period: float) -> str:
     if g["power_capped_for_s"] is not None and g["power"]["last"] is not None:
         return f"{at}, held at its power limit ({g['power']['last']:.0f} W)"
     return f"{at} (the hottest), no thermal slowdown"
+
+
+def xid_event(record: dict) -> dict:
+    """A ring's "xid" record (NVML event) as the report gives it: time, GPU index, PCI bus id, Xid, meaning."""
+    from .kernel_log import XID_MEANINGS
+    xid = record.get("xid")
+    return {"t": record.get("t"), "gpu": record.get("gpu"), "pci": record.get("pci"), "xid": xid,
+            "meaning": XID_MEANINGS.get(xid, "see NVIDIA's Xid catalogue")}
+
+
+def describe_xid(e: dict) -> str:
+    where = f"GPU {e['gpu']}" if e.get("gpu") is not None else "a GPU"
+    where += f" ({e['pci']})" if e.get("pci") else ""
+    when = f" at {_clock(e['t'])}" if e.get("t") else ""
+    return f"Xid {e['xid']} on {where}: {e['meaning']}{when}"
 
 
 def describe_event(e: dict) -> str:
@@ -278,6 +296,9 @@ def text(report: dict) -> str:
                      f"{_num(h['ram_percent']['peak'], '%')})")
     if report.get("note"):
         lines.append(f"  note: {report['note']}")
+    if report.get("xid_events"):
+        lines.append(f"GPU errors NVML reported while recording: {len(report['xid_events'])}")
+        lines.extend(f"  {describe_xid(e)}" for e in report["xid_events"][-12:])
     k = report.get("kernel_log")
     if k is not None:
         if not k["readable"]:

@@ -18,6 +18,7 @@ import datetime
 import os
 import re
 import subprocess
+import time
 
 ENV_VAR = "COLABKIT_KERNEL_LOG"
 NOT_READABLE = ("kernel log not readable: run as root or add yourself to the adm/systemd-journal group "
@@ -47,8 +48,10 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Nov", "Dec"), start=1)}
 
 
-def line_time(line: str, year: int | None = None) -> tuple[float | None, str]:
-    """(wall time or None, the rest of the line) for a journalctl short-iso, rsyslog ISO or classic syslog line."""
+def line_time(line: str, year: int | None = None, now: float | None = None) -> tuple[float | None, str]:
+    """(wall time or None, the rest of the line) for a journalctl short-iso, rsyslog ISO or classic syslog line.
+    A classic syslog line has no year: ``year``, else the one that does not put it more than a day after ``now``
+    (default: the clock), so that a freeze late on 31 December is read back on 1 January."""
     m = _ISO.match(line)
     if m:
         stamp, zone, rest = m.groups()
@@ -64,9 +67,12 @@ def line_time(line: str, year: int | None = None) -> tuple[float | None, str]:
     m = _SYSLOG.match(line)
     if m:
         month, day, hh, mm, ss, rest = m.groups()
-        year = year or datetime.datetime.now().year
+        now = time.time() if now is None else now
+        guess = year or datetime.datetime.fromtimestamp(now).year
         try:
-            when = datetime.datetime(year, _MONTHS[month], int(day), int(hh), int(mm), int(ss))
+            when = datetime.datetime(guess, _MONTHS[month], int(day), int(hh), int(mm), int(ss))
+            if year is None and when.timestamp() > now + 86400:
+                when = when.replace(year=guess - 1)   # (29 February of a leap year: ValueError, skipped)
             return when.timestamp(), rest    # syslog's local time
         except (KeyError, ValueError):
             return None, line

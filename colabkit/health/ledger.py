@@ -82,19 +82,53 @@ def append(record: dict, path=None) -> Path:
     return path
 
 
-def read(path=None) -> list:
-    """The ledger's runs: the last record of each id, in the order they first appeared; broken lines skipped."""
+_NUMBERS = ("start", "end", "gpu_count", "gpu_hours", "gpu_kwh", "cpu_kwh", "kwh", "money", "cloud_cost",
+            "lost_gpu_hours", "lost_steps")
+
+
+def _checked(rec) -> dict | None:
+    """``rec`` with its figures as numbers (a hand edit may leave "2.5" or null), or None where a line is not a
+    run record or a figure is not a number."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("id"), (str, int)) or rec.get("id") in ("", None):
+        return None
+    out = dict(rec)
+    for key in _NUMBERS:
+        value = out.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            return None
+        try:
+            out[key] = float(value)
+            if out[key] != out[key]:      # NaN
+                return None
+            if key in ("gpu_count", "lost_steps"):
+                out[key] = int(out[key])
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return out
+
+
+def read(path=None, skipped: list | None = None) -> list:
+    """The ledger's runs: the last record of each id, in the order they first appeared. Lines that are not a
+    run record (torn by a writer that died mid-write, or edited by hand into something else) are skipped; their
+    line numbers go into ``skipped`` where given."""
     path = Path(path) if path is not None else ledger_path()
     runs: dict = {}
     try:
         with open(path, "rb") as fh:
-            for raw in fh:
+            for number, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
                 try:
-                    rec = json.loads(raw)
+                    rec = _checked(json.loads(raw))
                 except ValueError:
-                    continue     # a torn line: its writer died mid-write
-                if isinstance(rec, dict) and rec.get("id"):
-                    runs[rec["id"]] = rec
+                    rec = None
+                if rec is None:
+                    if skipped is not None:
+                        skipped.append(number)
+                    continue
+                runs[str(rec["id"])] = rec
     except FileNotFoundError:
         return []
     return list(runs.values())
@@ -141,15 +175,18 @@ def costs(since=None, by: str = "project", path=None, settings=None) -> dict:
     rows: dict = {}
     total = _empty("total")
     dates = set()
-    for rec in read(path):
+    skipped: list = []
+    for rec in read(path, skipped):
         if start is not None and (rec.get("end") or 0) < start:
             continue
         key = str(rec.get(by) or "?")
         row = rows.setdefault(key, _empty(key))
         money = rec.get("money")
+        if str(rec.get("currency") or settings.currency).upper() != settings.currency:
+            money = None     # priced in another currency (the setting changed since): priced again in this one
         if money is None and price is not None and rec.get("kwh") is not None:
             money = rec["kwh"] * price
-        same_currency = (rec.get("cloud_currency") or "USD") == settings.currency
+        same_currency = str(rec.get("cloud_currency") or "USD").upper() == settings.currency
         if rec.get("cloud_date"):
             dates.add(rec["cloud_date"])
         for target in (row, total):
@@ -157,7 +194,7 @@ def costs(since=None, by: str = "project", path=None, settings=None) -> dict:
             target["gpu_hours"] += rec.get("gpu_hours") or 0.0
             target["kwh"] += rec.get("kwh") or 0.0
             target["lost_gpu_hours"] += rec.get("lost_gpu_hours") or 0.0
-            target["lost_steps"] += rec.get("lost_steps") or 0
+            target["lost_steps"] += int(rec.get("lost_steps") or 0)
             target["estimate"] = target["estimate"] or bool(rec.get("estimate"))
             if money is not None:
                 target["money"] = (target["money"] or 0.0) + money
@@ -165,9 +202,14 @@ def costs(since=None, by: str = "project", path=None, settings=None) -> dict:
                 target["cloud_cost"] = (target["cloud_cost"] or 0.0) + rec["cloud_cost"]
                 if money is not None:
                     target["saved"] = (target["saved"] or 0.0) + rec["cloud_cost"] - money
-    note = "" if price is not None else (
+    notes = [] if price is not None else [
         "no electricity price set: kWh only. Set it with electricity_price = 0.30 in the config file "
-        "(`colabkit config` shows where) or COLABKIT_ELECTRICITY_PRICE=0.30, in your currency per kWh.")
+        "(`colabkit config` shows where) or COLABKIT_ELECTRICITY_PRICE=0.30, in your currency per kWh."]
+    if skipped:
+        shown = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
+        notes.append(f"{len(skipped)} line(s) of {path} skipped, not a run record with numeric figures "
+                     f"(line {shown}): fix or delete them")
+    note = "\n".join(notes)
     return {"by": by, "since": start, "ledger": str(path), "price_per_kwh": price, "currency": settings.currency,
             "rows": sorted(rows.values(), key=lambda r: -r["gpu_hours"]), "total": total,
             "cloud_dates": sorted(dates), "note": note}

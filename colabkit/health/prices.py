@@ -44,7 +44,7 @@ class PriceTable:
     def __init__(self, override: dict | None = None):
         override = dict(override or {})
         self.date = str(override.pop("date", DEFAULT_DATE))
-        self.currency = str(override.pop("currency", DEFAULT_CURRENCY))
+        self.currency = str(override.pop("currency", DEFAULT_CURRENCY)).strip().upper()
         compare = override.pop("compare", {}) or {}
         if not isinstance(compare, dict):
             raise ValueError(f"cloud_prices.compare={compare!r}: expected a table of \"GPU name part\" = "

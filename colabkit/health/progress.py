@@ -30,7 +30,9 @@ class StepMark:
             settings = config.load()
         self.settings = settings
         self.directory = str(directory)
-        key = hashlib.sha1(self.directory.encode()).hexdigest()[:16]
+        # the folder itself, not the words for it: "checkpoints" in two projects are two folders
+        where = self.directory if "://" in self.directory else os.path.abspath(os.path.expanduser(self.directory))
+        key = hashlib.sha1(where.encode()).hexdigest()[:16]
         self.path = ledger.ledger_path(settings).parent / "progress" / f"{key}.json"
         self._next = 0.0
         self.lost = 0

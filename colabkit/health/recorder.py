@@ -6,7 +6,8 @@ that after a freeze, a hard reset or a kill someone can say what the machine loo
 
 Every ``flight_sample_every`` (2 s) one record holds, per GPU, temperature, power, SM and memory clocks, the
 clock-event (throttle) reasons, memory used/total and utilization (NVML, through colabkit.health.sampler), and
-for the host the CPU temperature where /sys has it, the 1-minute load average and RAM used %. Records are
+for the host the CPU temperature where /sys has it, the 1-minute load average and RAM used %. NVML's Xid
+critical-error events (xid_watch.py) go in as records of their own, synced at once. Records are
 flushed to disk (fdatasync) every ``flight_sync_every`` (5 s): a power loss loses at most that much. The file
 (flight_ring.py) is ``flight_ring_size`` (4 MiB: about 12 hours with two GPUs) and never grows.
 
@@ -43,6 +44,20 @@ _CPU_ZONES = ("x86_pkg_temp", "cpu-thermal", "cpu_thermal", "soc_thermal", "acpi
 _lock = threading.Lock()
 _current: FlightRecorder | None = None
 _warned = False
+_held_fds: set = set()    # the locked ring's descriptor while this process records
+
+
+def _drop_ring_in_child() -> None:
+    """After a fork (a DataLoader worker): close the child's copy of the locked ring. A flock belongs to the open
+    file, so a worker that outlives its trainer would otherwise hold it and pass for a live recorder."""
+    for fd in list(_held_fds):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_fds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_ring_in_child)
 
 
 def ring_path(settings=None) -> Path:
@@ -151,6 +166,19 @@ def gpu_reading(s) -> list:
             None if s.memory_total is None else round(s.memory_total / mib), s.reason_bits]
 
 
+def _xid_watch(sampler):
+    """NVML Xid events for the GPUs, or None (no GPU, no NVML events here): see xid_watch.py."""
+    if not sampler.gpus:
+        return None
+    try:
+        from ..devices.nvml import open_nvml
+        from .xid_watch import XidWatch
+        return XidWatch.open(open_nvml())
+    except Exception:
+        log.debug("colabkit: no NVML Xid events", exc_info=True)
+        return None
+
+
 class FlightRecorder:
     """Records the machine into the ring at ``path`` from a daemon thread, once it holds the ring's lock."""
 
@@ -191,6 +219,7 @@ class FlightRecorder:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _held_fds.add(fd)
                 return fd
             except BlockingIOError:
                 os.close(fd)   # another process records this machine: take over when it ends
@@ -208,12 +237,15 @@ class FlightRecorder:
         finally:
             self.recording = False
             if fd is not None:
+                _held_fds.discard(fd)
                 os.close(fd)    # releases the lock
 
     def _record(self, fd: int) -> None:
         from .sampler import Sampler
         writer = RingWriter(fd, self.size)
-        sampler = Sampler(history=2, gpus=self._gpus)
+        # every GPU of the machine: the ring is the machine's, and a trainer limited to one GPU by
+        # CUDA_VISIBLE_DEVICES holds it while others train on the rest
+        sampler = Sampler(history=2, gpus=self._gpus, every_gpu=True)
         sensor = cpu_sensor()
         started = time.time()
         info = {"host": socket.gethostname(), "boot_id": boot_id(), "pid": self.pid, "started": started,
@@ -225,8 +257,9 @@ class FlightRecorder:
         writer.append({"k": "start", "t": round(started, 3), **facts})
         writer.sync()
         self.recording = True
+        xids = _xid_watch(sampler)
         try:
-            self._loop(writer, sampler, sensor, info, facts)
+            self._loop(writer, sampler, sensor, info, facts, xids)
         except Exception as exc:
             # the end is the recorder's own, not the machine's: say so in the ring, where it still takes records
             with contextlib.suppress(Exception):
@@ -234,8 +267,11 @@ class FlightRecorder:
                 writer.set_info({**info, "state": "stopped"})
                 writer.sync()
             raise
+        finally:
+            if xids is not None:
+                xids.close()
 
-    def _loop(self, writer: RingWriter, sampler, sensor, info: dict, facts: dict) -> None:
+    def _loop(self, writer: RingWriter, sampler, sensor, info: dict, facts: dict, xids=None) -> None:
         last_sync, count = time.monotonic(), 0
         while True:
             count += 1
@@ -245,6 +281,11 @@ class FlightRecorder:
             samples = [q[-1] for q in sampler.gpu_history.values() if q]
             writer.append({"k": "s", "t": round(time.time(), 3), "g": [gpu_reading(s) for s in samples],
                            "h": host_reading(sensor)})
+            errors = xids.poll() if xids is not None else []
+            for event in errors:
+                writer.append({"k": "xid", "t": round(time.time(), 3), **event})
+            if errors:   # an Xid is often the last thing before a freeze: on disk now, not at the next sync
+                writer.sync()
             stopping = self._stop.wait(self.sample_every)
             # synced now unless the next sample still comes within sync_every of the last sync
             if stopping or time.monotonic() - last_sync + self.sample_every > self.sync_every:

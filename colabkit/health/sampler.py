@@ -135,15 +135,17 @@ class _Gpu:
 class Sampler:
     """Samples GPUs (NVML) and the host (psutil) when ``sample()`` is called (by the monitor's thread).
 
-    ``history`` samples are kept per source (ring buffers). Without NVML or a GPU, ``gpus`` is empty."""
+    ``history`` samples are kept per source (ring buffers). Without NVML or a GPU, ``gpus`` is empty. The GPUs are
+    those this process sees (CUDA_VISIBLE_DEVICES), or with ``every_gpu`` all of the machine's."""
 
-    def __init__(self, history: int = 3600, gpus: bool = True):
+    def __init__(self, history: int = 3600, gpus: bool = True, every_gpu: bool = False):
         self.gpu_history: dict[int, collections.deque] = {}
         self.host_history: collections.deque = collections.deque(maxlen=history)
         self._gpus: list[_Gpu] = []
         self.note = ""
         self._lock = threading.Lock()
         self._history = history
+        self._every_gpu = every_gpu     # the machine's GPUs, not only this process's (the flight recorder)
         if gpus:
             self._open_nvml()
         try:
@@ -158,7 +160,9 @@ class Sampler:
     def _open_nvml(self):
         try:
             nv = open_nvml()
-            self._gpus = [_Gpu(nv, i, h) for i, h in visible_handles(nv)]
+            handles = ([(i, nv.nvmlDeviceGetHandleByIndex(i)) for i in range(nv.nvmlDeviceGetCount())]
+                       if self._every_gpu else visible_handles(nv))
+            self._gpus = [_Gpu(nv, i, h) for i, h in handles]
             self.note = "" if self._gpus else "NVML sees no GPU for this process"
         except SourceUnavailable as exc:
             self.note = f"no GPU figures: {exc}"

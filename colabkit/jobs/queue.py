@@ -492,6 +492,7 @@ class Runner:
         or count it as done, failed or stopped."""
         if proc is not None and state.process is not proc:
             return
+        stopped = state.paused is not None    # ended while the queue held it stopped (SIGSTOP) for a hot GPU
         self.thermal.forget(state)
         state.ended, state.returncode, state.process = time.time(), returncode, None
         seconds = state.ended - state.started
@@ -500,9 +501,10 @@ class Runner:
         freed = [slot for slot in self.slots if slot.job is state]
         for slot in freed:
             slot.job = None
-        if proc is not None and (self.killed or state.hung is not None):
-            # a stopped or hung job's leftovers (e.g. a Jupyter kernel stuck in the hung cell) must not outlive
-            # it: they would hold the GPU while its retry starts
+        if proc is not None and (self.killed or state.hung is not None or stopped):
+            # a stopped or hung job's leftovers (e.g. a Jupyter kernel stuck in the hung cell, or the workers of
+            # a job killed while stopped for a hot GPU) must not outlive it: they would hold the GPU while its
+            # retry starts
             process.kill_pids(state.pids)
         for slot in freed:
             self.release_slot(slot)

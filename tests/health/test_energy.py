@@ -282,3 +282,40 @@ def test_which_project_a_run_is_booked_under(fake_gpus, tmp_path, monkeypatch):
     monkeypatch.setenv("COLABKIT_PROJECT", "lora")
     assert RunCost("job", fallback="train").project == "lora"              # the setting
     assert RunCost("fit", project="gan").project == "gan"                  # the monitor's argument
+
+
+def test_costs_reads_a_ledger_edited_by_hand_and_names_the_lines_it_skips(tmp_path, run_cli, monkeypatch):
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("COLABKIT_LEDGER", str(path))
+    monkeypatch.setenv("COLABKIT_CURRENCY", "USD")
+    monkeypatch.setenv("COLABKIT_ELECTRICITY_PRICE", "0.30")
+    end = time.time()
+    path.write_text("\n".join([
+        # priced in EUR before the currency setting changed: priced again in USD, not summed as dollars
+        json.dumps({"id": "a", "end": end, "project": "p1", "gpu_hours": 2.0, "kwh": 0.8, "money": 0.24,
+                    "currency": "EUR", "cloud_cost": 3.0, "cloud_currency": "USD"}),
+        json.dumps({"id": "b", "end": str(end), "project": "p1", "gpu_hours": "2.5", "kwh": "1.0"}),  # quoted
+        "[1, 2]",
+        json.dumps({"id": ["x"], "end": end}),
+        json.dumps({"id": "c", "end": end, "project": "p1", "kwh": "lots"}),
+    ]) + "\n")
+    done = run_cli("costs", "--since", "1d", "--json")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)["rows"][0]
+    assert (row["runs"], row["gpu_hours"], round(row["kwh"], 6)) == (2, 4.5, 1.8)
+    assert round(row["money"], 6) == 0.54 and round(row["saved"], 6) == 2.76
+    shown = run_cli("costs").stdout
+    assert f"3 line(s) of {path} skipped, not a run record with numeric figures (line 3, 4, 5)" in shown
+
+
+def test_a_lower_case_currency_is_still_compared_with_the_cloud(tmp_path, monkeypatch):
+    from colabkit import config
+    from colabkit.health import prices
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('electricity_price = 0.5\ncurrency = "eur"\n[cloud_prices]\ncurrency = "Eur"\n'
+                   '"aws g6e (L40S)" = 1.8\n[cloud_prices.compare]\n"RTX 6000 Ada" = "aws g6e (L40S)"\n')
+    monkeypatch.setenv("COLABKIT_CONFIG", str(cfg))
+    priced = prices.costs_of({"gpus": ["NVIDIA RTX 6000 Ada Generation"], "gpu_hours": 1.0, "kwh": 1.0},
+                             config.load())
+    assert priced["currency"] == "EUR" and priced["cloud"]["currency"] == "EUR"
+    assert priced["saved"] == pytest.approx(1.8 - 0.5)

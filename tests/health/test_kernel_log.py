@@ -76,3 +76,15 @@ def test_a_log_nobody_lets_us_read_is_said_not_raised(monkeypatch, tmp_path):
     assert found["readable"] is False and found["events"] == []
     assert "kernel log not readable: run as root or add yourself to the adm/systemd-journal group" in found["note"]
     assert "missing.log" in found["note"]
+
+
+def test_a_syslog_line_from_new_years_eve_read_on_new_years_day_is_last_year():
+    import datetime
+
+    from colabkit.health.kernel_log import line_time
+    new_year = datetime.datetime(2027, 1, 1, 0, 10).timestamp()
+    t, rest = line_time("Dec 31 23:58:02 rig kernel: NVRM: Xid (PCI:0000:01:00): 79, pid=1, name=python", now=new_year)
+    assert t == datetime.datetime(2026, 12, 31, 23, 58, 2).timestamp()
+    assert rest.startswith("rig kernel: NVRM: Xid")
+    assert line_time("Jan  1 00:05:00 rig kernel: x", now=new_year)[0] == \
+        datetime.datetime(2027, 1, 1, 0, 5).timestamp()

@@ -240,3 +240,84 @@ def test_a_torch_autoresume_loop_records_while_it_trains(recording_env, tmp_path
     report = last_recording(kernel_log=False)
     assert report["state"] == "clean" and report["samples"] >= 1
     assert [g["name"] for g in report["gpus"]] == ["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090"]
+
+
+@pytest.mark.slow
+def test_an_xid_event_from_nvml_is_recorded_and_named_without_a_readable_kernel_log(recording_env, fake_gpus,
+                                                                                      run_cli, tmp_path,
+                                                                                      monkeypatch):
+    # GPU 1 falls off the bus 0.3 s into the recording; GPU 0's board gives no NVML events at all
+    fake_gpus("xid_rig")
+    monkeypatch.setenv("COLABKIT_KERNEL_LOG", str(tmp_path / "no-such-kern.log"))
+    path = ring_path()
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, "100000"], start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def xid_recorded():
+        try:
+            return any(r.get("k") == "xid" for r in read_records(path)[1])
+        except (OSError, ValueError):
+            return False
+    try:
+        assert wait_for(xid_recorded, 60), "no Xid event recorded"
+    finally:
+        os.killpg(trainer.pid, signal.SIGKILL)
+        trainer.wait(30)
+
+    report = json.loads(run_cli("health", "--last", "--json").stdout)
+    assert report["state"] == "abrupt"
+    assert [(e["gpu"], e["xid"], e["pci"], e["meaning"]) for e in report["xid_events"]] == \
+        [(1, 79, "00000000:02:00.0", "GPU has fallen off the bus")]
+    assert "NVML reported Xid 79 on GPU 1 (00000000:02:00.0): GPU has fallen off the bus at " in report["verdict"]
+    shown = run_cli("health", "--last").stdout
+    assert "GPU errors NVML reported while recording: 1" in shown
+    assert "  Xid 79 on GPU 1 (00000000:02:00.0): GPU has fallen off the bus at " in shown
+
+
+def test_a_trainer_limited_to_one_gpu_records_every_gpu_of_the_machine(fake_gpus, monkeypatch, tmp_path):
+    # the ring is the machine's and only one process records it: a trainer on GPU 1 alone must not leave GPU 0,
+    # where another training runs, out of it
+    from colabkit.health.recorder import FlightRecorder
+    fake_gpus("hot_rig")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    path = tmp_path / "flight.ring"
+    recorder = FlightRecorder(path, size=64 * 1024, sample_every=0.05, sync_every=0.1).start()
+    try:
+        assert wait_for(lambda: _samples(path) >= 1, 60), "nothing recorded"
+    finally:
+        recorder.stop()
+    report = last_recording(path=path, kernel_log=False)
+    assert [(g["index"], g["temperature"]["last"]) for g in report["gpus"]] == [(0, 74), (1, 91)]
+
+
+FORKING_TRAINER = textwrap.dedent("""
+    import os, sys, time
+    import colabkit
+    with colabkit.monitor(hang_timeout="off") as mon:
+        mon.step(loss=1.0)
+        time.sleep(0.5)                 # recording by now
+        worker = os.fork()              # a DataLoader worker (fork start method) that outlives its trainer
+        if worker == 0:
+            time.sleep(120)
+            os._exit(0)
+        print(worker, flush=True)
+        for step in range(100000):
+            time.sleep(0.05)
+            mon.step(loss=1.0)
+""")
+
+
+@pytest.mark.slow
+def test_a_forked_worker_left_behind_does_not_pass_for_the_recorder(recording_env):
+    path = ring_path()
+    trainer = subprocess.Popen([sys.executable, "-c", FORKING_TRAINER], stdout=subprocess.PIPE, text=True)
+    worker = int(trainer.stdout.readline())
+    try:
+        assert wait_for(lambda: _samples(path) >= 3, 60), "the training process recorded nothing"
+        trainer.kill()                   # the trainer alone: its worker lives on
+        trainer.wait(30)
+        report = last_recording(kernel_log=False)
+        assert report["state"] == "abrupt", report["verdict"]
+    finally:
+        trainer.kill()
+        os.kill(worker, signal.SIGKILL)

@@ -419,3 +419,4 @@ from ._doctor import *  # noqa: E402,F401,F403
 from ._recorder import *  # noqa: E402,F401,F403
 from ._energy import *  # noqa: E402,F401,F403
 from ._thermal import *  # noqa: E402,F401,F403
+from ._xid import *  # noqa: E402,F401,F403
