@@ -148,7 +148,10 @@ class MonitorPanel:
                                  f"<span class='colabkit-health-verdict' style='color:{color}'>"
                                  f"{html.escape(report['verdict'])}</span>"
                                  + "".join(f"<br><span class='colabkit-health-also' style='color:#555'>"
-                                           f"{html.escape(v['text'])}</span>" for v in report["verdicts"][1:]))
+                                           f"{html.escape(v['text'])}</span>" for v in report["verdicts"][1:])
+                                 + ("" if not report.get("energy") else
+                                    f"<br><span class='colabkit-health-energy' style='color:#555'>"
+                                    f"{html.escape(report['energy']['text'])}</span>"))
             try:
                 self.image.value = render_png(mon)
             except ImportError as exc:

@@ -90,6 +90,8 @@ def test_live_plots_update_while_a_cell_trains(chromium, start_server, tmp_path)
         assert wait_for(lambda: "input-bound" in verdict.inner_text(), 30), verdict.inner_text()
         assert "Python generator" in verdict.inner_text()
         assert "thermal throttling: GPU 0 (NVIDIA GeForce RTX 3090)" in panel.inner_text()
+        energy = panel.locator(".colabkit-health-energy")   # what the fit cost so far, from the GPU's power draw
+        assert wait_for(lambda: energy.count() and "kWh" in energy.inner_text(), 30), panel.inner_text()
         shot = tmp_path / "health_plots.png"
         panel.scroll_into_view_if_needed()
         panel.screenshot(path=str(shot))
