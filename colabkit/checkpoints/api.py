@@ -142,6 +142,8 @@ class Checkpoints:
                                   on_stop=self.release, direct=self._direct)
         self._generation = None       # this run's generation, settled by the first save (see _settle_run)
         self._blake3_since = None     # carried into every manifest (see folder.written_alongside_by_older_version)
+        self._sha256_before = None    # carried likewise: the sha256 checkpoints the folder held before its first BLAKE3
+        self._sha256_seen = set()     # the sha256 checkpoints read here, recorded if this run's save is that first
         self._lease_tried = False
         self._invalid_warned = set()  # (folder, name) of invalid entries already warned about
         self._restored_once = False   # restore() has read the folder: _newest_seen is what it holds
@@ -378,7 +380,8 @@ class Checkpoints:
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
                                   info=info or {}, write=write,
                                   release=release, generation=self._generation,
-                                  blake3_since=self._blake3_since, direct=direct))
+                                  blake3_since=self._blake3_since, sha256_before=self._sha256_before,
+                                  direct=direct))
 
     def _settle_run(self, step: int) -> None:
         """Before the first save: this run's generation, and a clear error instead of a silent mix when the
@@ -399,6 +402,7 @@ class Checkpoints:
         generation = 0 if newest is None else newest.generation
         if self._blake3_since is None:   # the folder's first BLAKE3 checkpoint is this one
             self._blake3_since = time.time()
+            self._sha256_before = sorted(self._sha256_seen)
         if self.fresh:
             generation += 1
         elif newest is not None and newest.step > step:
@@ -602,6 +606,7 @@ class Checkpoints:
 
     def _restore(self, into, downloads, check):
         copies = self._read_with_retries(self._copies, "the list of checkpoints")
+        self._note_blake3_since([g[0] for g in copies.values()])   # also when none of them can be restored
         pulled = None
         if not copies and self.resume_from is not None:
             from .shared import pull_checkpoint
@@ -652,7 +657,13 @@ class Checkpoints:
         return None
 
     def _note_blake3_since(self, committed: list) -> None:
-        """Carry forward when the folder's first BLAKE3 checkpoint was made, from the checkpoints read."""
+        """Carry forward when the folder's first BLAKE3 checkpoint was made and the sha256 checkpoints it found,
+        from the checkpoints read; remember the sha256 ones, should this run's save be the folder's first BLAKE3."""
+        self._sha256_seen.update(c.name for c in committed if c.hash_era < _digest.ERA["blake3"])
+        recorded = [c.manifest["sha256_before"] for c in committed
+                    if c.blake3_since is not None and "sha256_before" in c.manifest]
+        if recorded:
+            self._sha256_before = sorted(set(self._sha256_before or ()).union(*recorded))
         seen = [c.blake3_since for c in committed if c.blake3_since is not None]
         if self._blake3_since is not None:
             seen.append(self._blake3_since)
