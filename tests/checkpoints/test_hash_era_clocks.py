@@ -99,3 +99,18 @@ def test_a_forged_blake3_since_never_deletes_a_checkpoint_nor_stops_a_save(ck_en
     store.close()
     names = {c.name for c in CheckpointFolder(dest).committed()}
     assert theirs in names
+
+
+def test_colabkit_checkpoints_names_the_older_colabkits_checkpoints_to_delete(ck_env, tmp_path, capsys):
+    from colabkit.cli import main
+    dest = tmp_path / "run"
+    _save(dest, 1)
+    theirs = _older_colabkits_checkpoint(tmp_path, dest, 1, time.time())   # the same step as this run's
+    main(["checkpoints", str(dest)])
+    lines = capsys.readouterr().out.splitlines()
+    marked = [line for line in lines if "older colabkit" in line]
+    assert len(marked) == 1 and theirs in marked[0], lines
+    main(["checkpoints", str(dest), "--json"])
+    rows = json.loads(capsys.readouterr().out)["checkpoints"]
+    assert {(r["name"], r["hash"], r["older_colabkit"]) for r in rows} == {
+        (theirs, "sha256", True), (next(r["name"] for r in rows if r["name"] != theirs), "blake3", False)}
