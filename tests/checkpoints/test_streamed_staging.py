@@ -81,3 +81,31 @@ def test_a_streamed_save_killed_midway_leaves_the_previous_checkpoint_to_restore
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split(" ", 1) == ["1", f"{[float(i + 1) for i in range(8)]}\n"]
+
+
+@pytest.mark.fuse
+@pytest.mark.slow
+def test_a_streamed_save_to_the_drive_mount_is_staged_and_survives_a_drop(ck_env, tmp_path, monkeypatch, drive_mount):
+    import colabkit.checkpoints.uploader as uploader
+    monkeypatch.setattr(uploader, "BACKOFF_START", 0.05)
+    monkeypatch.setenv("COLABKIT_TEST_CGROUP_ROOT", str(_squeezed_cgroup(tmp_path / "cg")))
+    arrays = [np.full(1 << 18, i, np.float32) for i in range(6)]
+    dest = drive_mount.my_drive / "run"
+    store = colabkit.Checkpoints(str(dest), local_dir=tmp_path / "local")
+    save = lambda step: store.save_snapshot(step, arrays, lambda b: {"w": b},  # noqa: E731
+                                            copy=lambda i, buffer: np.copyto(buffer, arrays[i] + step))
+    assert save(1) and store.wait(60)
+    drive_mount.set_fault("enotconn")
+    with pytest.warns(RuntimeWarning, match="could not upload checkpoint step 2"):
+        assert save(2)                             # written to local disk while the mount is gone
+        assert not store.wait(1.0)
+    drive_mount.set_fault("ok")
+    assert store.wait(60), store.status
+    store.close()
+    assert store.snapshot_buffer_sets == 0         # it streamed
+    script = ("import sys, colabkit; r = colabkit.Checkpoints(sys.argv[1], local_dir=sys.argv[2]).restore(); "
+              "print(r.step, r.source, [float(a[0]) for a in r.state['w']])")
+    out = subprocess.run([sys.executable, "-c", script, str(dest), str(tmp_path / "fresh-vm")], env=ck_env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[:2] == ["2", "destination"], out.stdout
