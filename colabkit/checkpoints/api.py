@@ -144,6 +144,7 @@ class Checkpoints:
         self._blake3_since = None     # carried into every manifest (see folder.written_alongside_by_older_version)
         self._sha256_before = None    # carried likewise: the sha256 checkpoints the folder held before its first BLAKE3
         self._sha256_seen = set()     # the sha256 checkpoints read here, recorded if this run's save is that first
+        self._sha256_unsure = False   # the first save could not read the destination: _sha256_seen may lack some
         self._lease_tried = False
         self._invalid_warned = set()  # (folder, name) of invalid entries already warned about
         self._restored_once = False   # restore() has read the folder: _newest_seen is what it holds
@@ -395,6 +396,7 @@ class Checkpoints:
                     infos = self._read_with_retries(lambda: self._listing(strict=True), "the list of checkpoints")
                 else:            # training goes on; the uploader checks the destination before uploading
                     infos = self._listing(strict=False)
+                    self._sha256_unsure = True   # the destination's sha256 checkpoints were not seen
                     self._uploader.check_first = lambda: self._check_destination(step)
             infos = [c for c in infos if c.name not in self._damaged_seen]
             newest = max(infos, key=CheckpointInfo.order_key, default=None)
@@ -402,7 +404,8 @@ class Checkpoints:
         generation = 0 if newest is None else newest.generation
         if self._blake3_since is None:   # the folder's first BLAKE3 checkpoint is this one
             self._blake3_since = time.time()
-            self._sha256_before = sorted(self._sha256_seen)
+            # unseen ones must not pass for an older colabkit's: without the names, the time decides
+            self._sha256_before = None if self._sha256_unsure else sorted(self._sha256_seen)
         if self.fresh:
             generation += 1
         elif newest is not None and newest.step > step:

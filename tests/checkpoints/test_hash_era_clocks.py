@@ -10,6 +10,7 @@ import time
 import warnings
 
 import numpy as np
+import pytest
 
 from colabkit.checkpoints import Checkpoints
 from colabkit.checkpoints.folder import CheckpointFolder
@@ -114,3 +115,29 @@ def test_colabkit_checkpoints_names_the_older_colabkits_checkpoints_to_delete(ck
     rows = json.loads(capsys.readouterr().out)["checkpoints"]
     assert {(r["name"], r["hash"], r["older_colabkit"]) for r in rows} == {
         (theirs, "sha256", True), (next(r["name"] for r in rows if r["name"] != theirs), "blake3", False)}
+
+
+@pytest.mark.fuse
+@pytest.mark.slow
+def test_sha256_checkpoints_a_first_save_could_not_see_are_not_taken_for_an_older_colabkits(
+        ck_env, tmp_path, monkeypatch, drive_mount):
+    import colabkit.checkpoints.uploader as uploader
+    monkeypatch.setattr(uploader, "BACKOFF_START", 0.05)
+    dest = drive_mount.my_drive / "run"
+    past = _save(dest, 1, local_dir=tmp_path / "before")
+    _as_sha256(drive_mount.backing / "MyDrive" / "run" / past.name, time.time() - 600)   # the run's past
+    drive_mount.set_fault("enotconn")              # the first save after the upgrade cannot read the folder
+    store = Checkpoints(str(dest), local_dir=tmp_path / "local", keep=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        store.save(2, {"w": np.full(4, 2, np.float32)})
+        drive_mount.set_fault("ok")
+        assert store.wait(60), store.status
+        store.save(3, {"w": np.full(4, 3, np.float32)})
+        assert store.wait(60), store.status
+    store.close()
+    store, restored, said = _resume(str(dest), local_dir=tmp_path / "local2")
+    store.close()
+    assert restored.step == 3 and not said, said
+    names = {c.name for c in CheckpointFolder(drive_mount.backing / "MyDrive" / "run").committed()}
+    assert past.name not in names                  # replaced by retention as the run's own past
