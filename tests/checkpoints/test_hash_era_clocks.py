@@ -141,3 +141,17 @@ def test_sha256_checkpoints_a_first_save_could_not_see_are_not_taken_for_an_olde
     assert restored.step == 3 and not said, said
     names = {c.name for c in CheckpointFolder(drive_mount.backing / "MyDrive" / "run").committed()}
     assert past.name not in names                  # replaced by retention as the run's own past
+
+
+def test_a_manifest_whose_sha256_before_is_not_a_list_of_names_is_invalid_and_kept(ck_env, tmp_path):
+    dest = tmp_path / "run"
+    first = _save(dest, 1)
+    _rewrite(first.path, sha256_before=[7])
+    listing = CheckpointFolder(dest).scan()
+    assert first.name in listing.invalid and "sha256_before" in listing.invalid[first.name]
+    store, restored, said = _resume(dest, keep=1)
+    assert restored is None and any("sha256_before" in m for m in said), said
+    store.save(1, {"w": np.zeros(4, np.float32)})
+    assert store.wait(30)
+    store.close()
+    assert first.path.is_dir()                      # never deleted
