@@ -142,6 +142,9 @@ class Checkpoints:
                                   on_stop=self.release, direct=self._direct)
         self._generation = None       # this run's generation, settled by the first save (see _settle_run)
         self._blake3_since = None     # carried into every manifest (see folder.written_alongside_by_older_version)
+        self._sha256_before = None    # carried likewise: the sha256 checkpoints the folder held before its first BLAKE3
+        self._sha256_seen = set()     # the sha256 checkpoints read here, recorded if this run's save is that first
+        self._sha256_unsure = False   # the first save could not read the destination: _sha256_seen may lack some
         self._lease_tried = False
         self._invalid_warned = set()  # (folder, name) of invalid entries already warned about
         self._restored_once = False   # restore() has read the folder: _newest_seen is what it holds
@@ -378,7 +381,8 @@ class Checkpoints:
         self._uploader.submit(Job(seq=self._seq, local_dir=local_dir, step=step, epoch=epoch, batch=batch,
                                   info=info or {}, write=write,
                                   release=release, generation=self._generation,
-                                  blake3_since=self._blake3_since, direct=direct))
+                                  blake3_since=self._blake3_since, sha256_before=self._sha256_before,
+                                  direct=direct))
 
     def _settle_run(self, step: int) -> None:
         """Before the first save: this run's generation, and a clear error instead of a silent mix when the
@@ -392,6 +396,7 @@ class Checkpoints:
                     infos = self._read_with_retries(lambda: self._listing(strict=True), "the list of checkpoints")
                 else:            # training goes on; the uploader checks the destination before uploading
                     infos = self._listing(strict=False)
+                    self._sha256_unsure = True   # the destination's sha256 checkpoints were not seen
                     self._uploader.check_first = lambda: self._check_destination(step)
             infos = [c for c in infos if c.name not in self._damaged_seen]
             newest = max(infos, key=CheckpointInfo.order_key, default=None)
@@ -399,6 +404,8 @@ class Checkpoints:
         generation = 0 if newest is None else newest.generation
         if self._blake3_since is None:   # the folder's first BLAKE3 checkpoint is this one
             self._blake3_since = time.time()
+            # unseen ones must not pass for an older colabkit's: without the names, the time decides
+            self._sha256_before = None if self._sha256_unsure else sorted(self._sha256_seen)
         if self.fresh:
             generation += 1
         elif newest is not None and newest.step > step:
@@ -602,6 +609,7 @@ class Checkpoints:
 
     def _restore(self, into, downloads, check):
         copies = self._read_with_retries(self._copies, "the list of checkpoints")
+        self._note_blake3_since([g[0] for g in copies.values()])   # also when none of them can be restored
         pulled = None
         if not copies and self.resume_from is not None:
             from .shared import pull_checkpoint
@@ -652,7 +660,13 @@ class Checkpoints:
         return None
 
     def _note_blake3_since(self, committed: list) -> None:
-        """Carry forward when the folder's first BLAKE3 checkpoint was made, from the checkpoints read."""
+        """Carry forward when the folder's first BLAKE3 checkpoint was made and the sha256 checkpoints it found,
+        from the checkpoints read; remember the sha256 ones, should this run's save be the folder's first BLAKE3."""
+        self._sha256_seen.update(c.name for c in committed if c.hash_era < _digest.ERA["blake3"])
+        recorded = [c.manifest["sha256_before"] for c in committed
+                    if c.blake3_since is not None and "sha256_before" in c.manifest]
+        if recorded:
+            self._sha256_before = sorted(set(self._sha256_before or ()).union(*recorded))
         seen = [c.blake3_since for c in committed if c.blake3_since is not None]
         if self._blake3_since is not None:
             seen.append(self._blake3_since)

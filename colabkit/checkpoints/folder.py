@@ -100,7 +100,17 @@ def written_alongside_by_older_version(committed: list) -> list:
     """The sha256 checkpoints committed after the folder's first BLAKE3 one: written by a colabkit from before
     BLAKE3 while this version's run was there (it cannot read that run, so it started one of its own). They rank
     below every BLAKE3 checkpoint, and retention keeps them: they are that machine's work, not an old step of
-    this run. (sha256 checkpoints made before are the run's own past, from before the upgrade.)"""
+    this run. (sha256 checkpoints made before are the run's own past, from before the upgrade.)
+
+    Which ones those are is told by name where the first BLAKE3 checkpoint's run recorded the sha256 ones it found
+    (``sha256_before``, carried forward): machines' clocks differ, and an upgraded machine whose clock ran ahead
+    would otherwise take the older machine's newer checkpoints for the run's past, and retention delete them. The
+    wall-clock ``blake3_since`` decides only for manifests that do not record the names."""
+    recorded = [c.manifest["sha256_before"] for c in committed
+                if c.hash_era == _digest.ERA["blake3"] and "sha256_before" in c.manifest]
+    if recorded:
+        past = set().union(*recorded)
+        return [c for c in committed if c.hash_era < _digest.ERA["blake3"] and c.name not in past]
     first = min((c.blake3_since for c in committed if c.blake3_since is not None), default=None)
     if first is None:
         return []
@@ -250,7 +260,8 @@ class CheckpointFolder:
                         raise CorruptCheckpoint(f"{info.path / rel} does not match its {name} in the manifest")
 
     def commit(self, ckpt_dir: Path, *, step: int, epoch=None, batch=None, info: dict | None = None,
-               generation: int = 0, blake3_since: float | None = None, written: dict | None = None) -> CheckpointInfo:
+               generation: int = 0, blake3_since: float | None = None, sha256_before=None,
+               written: dict | None = None) -> CheckpointInfo:
         """Hash the files already written in ``ckpt_dir`` (inside this folder) and write the manifest last.
 
         ``written``: {relative name: (digest.HASH hex, size)} of files that their writer hashed while writing and
@@ -271,7 +282,7 @@ class CheckpointFolder:
                 digest, size = _digest.hash_file(file, fsync=True)  # data durable before the manifest
             files[rel] = {"size": size, _digest.HASH: digest}
         manifest = _manifest.build(step=step, epoch=epoch, batch=batch, files=files, info=info, generation=generation,
-                                   blake3_since=blake3_since)
+                                   blake3_since=blake3_since, sha256_before=sha256_before)
         fsync_dir(ckpt_dir)
         write_bytes(ckpt_dir / _manifest.MANIFEST_NAME, _manifest.dumps(manifest))
         fsync_dir(ckpt_dir)

@@ -38,10 +38,11 @@ def _body_checksum(body: dict) -> str:
 
 
 def build(*, step: int, epoch, batch, files: dict, info: dict | None = None, generation: int = 0,
-          blake3_since: float | None = None) -> dict:
+          blake3_since: float | None = None, sha256_before=None) -> dict:
     """A manifest dict. ``files`` maps relative path -> {"size": int, digest.HASH: str}; ``generation`` counts
     the runs started over in the folder (see folder.names_to_keep); ``blake3_since``: when the folder's first
-    BLAKE3 checkpoint was made (see folder.written_alongside_by_older_version)."""
+    BLAKE3 checkpoint was made, and ``sha256_before`` the names of the sha256 checkpoints the folder held then
+    (see folder.written_alongside_by_older_version)."""
     from .._version import __version__
     body = {
         "format": FORMAT,
@@ -51,6 +52,7 @@ def build(*, step: int, epoch, batch, files: dict, info: dict | None = None, gen
         "generation": int(generation),
         "created": time.time(),
         **({} if blake3_since is None else {"blake3_since": float(blake3_since)}),
+        **({} if sha256_before is None else {"sha256_before": sorted(sha256_before)}),
         "files": {name: dict(meta) for name, meta in sorted(files.items())},
         "info": info or {},
         "versions": {"colabkit": __version__, "python": platform.python_version(), **_framework_versions()},
@@ -130,6 +132,9 @@ def _field_problem(manifest: dict) -> str | None:
         value = manifest.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             return f"has {key} {value!r}, not a time in seconds"
+    before = manifest.get("sha256_before", [])
+    if not isinstance(before, list) or not all(isinstance(name, str) for name in before):
+        return f"has sha256_before {before!r}, not a list of checkpoint names"
     created = manifest.get("created")
     if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created) or created < 0:
         return f"has created {created!r}, not a time in seconds"

@@ -142,9 +142,11 @@ class _Syncer:
 
 
 class Deferred:
-    """An array that ``write`` asks for (``produce()``) only when it writes it, and lets go before it asks for
-    the next: a state streamed variable by variable (streaming.py) holds one variable in host memory at a time.
-    ``produce`` may return the same memory each time: its bytes are hashed before the next call."""
+    """An array that ``write`` asks for (``produce(caught_up)``) only when it writes it, and lets go before it
+    asks for the next: a state streamed variable by variable (streaming.py) holds little in host memory at a time.
+    ``produce`` may reuse the memory of arrays it returned before once it has called ``caught_up()``, which
+    returns when every byte written so far is hashed (waiting on the hashing thread once per variable would cost
+    more than writing many small ones)."""
 
     def __init__(self, shape, dtype, produce):
         self.shape, self.dtype, self.produce = tuple(shape), np.dtype(dtype), produce
@@ -216,7 +218,7 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
         for name, flags, header, array in prepared:
             deferred = isinstance(array, Deferred)
             if deferred:
-                array = _produced(array, name)
+                array = _produced(array, name, hasher.caught_up)
             size = len(header) + array.nbytes
             start = offset
             fixed = 30 + len(name) + 20 + 4   # local header + zip64 extra + the padding field's own header
@@ -238,8 +240,7 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
             if summing is not None:
                 summing.finish()
                 summing = None
-            if deferred:   # its memory is reused for the next variable: hashed first, then let go
-                hasher.caught_up()
+            if deferred:   # let go: its producer reuses the memory once the hash has caught up
                 array = raw = chunk = None
             emit(struct.pack("<IIQQ", 0x08074B50, crc.value, size, size))
             entries.append((name, flags, crc.value, size, start))
@@ -276,8 +277,8 @@ def write(path, arrays: dict, *, durable: bool = True) -> tuple[str, int]:
     return file_digest, offset
 
 
-def _produced(deferred: Deferred, name: bytes) -> np.ndarray:
-    array = deferred.produce()
+def _produced(deferred: Deferred, name: bytes, caught_up) -> np.ndarray:
+    array = deferred.produce(caught_up)
     if tuple(array.shape) != deferred.shape or array.dtype != deferred.dtype or not array.flags.c_contiguous:
         raise ValueError(f"{name.decode()}: the array produced is {array.dtype}{tuple(array.shape)}"
                          f"{'' if array.flags.c_contiguous else ' (not contiguous)'}, not the "

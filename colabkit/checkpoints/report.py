@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..units import format_duration, format_size
 from .destinations import resolve_destination
-from .folder import CheckpointFolder, CorruptCheckpoint
+from .folder import CheckpointFolder, CorruptCheckpoint, written_alongside_by_older_version
 
 
 def checkpoints_report(location, *, verify: bool = False, as_json: bool = False) -> tuple[str, bool]:
@@ -27,6 +27,8 @@ a manifest with a field out of range) as invalid; both make ``all_ok`` False."""
     listing = folder.scan()
     unreadable = {name: str(exc) for name, exc in listing.unreadable.items()}
     ok = not unreadable
+    # an older colabkit's restart beside a BLAKE3 run: the resume's warning points here to find them by name
+    older = {c.name for c in written_alongside_by_older_version(listing.committed)}
     for info in listing.committed:
         problem = None
         if verify:
@@ -36,7 +38,9 @@ a manifest with a field out of range) as invalid; both make ``all_ok`` False."""
                 problem, ok = str(exc), False
         rows.append({"name": info.name, "step": info.step, "epoch": info.epoch, "batch": info.batch,
                      "created": info.created, "size": info.size, "reason": info.manifest.get("info", {}).get("reason"),
-                     "valid": None if not verify else problem is None, "problem": problem})
+                     "valid": None if not verify else problem is None, "problem": problem,
+                     "hash": "blake3" if info.hash_era else "sha256",
+                     "older_colabkit": info.name in older})
     leftovers, invalid = listing.incomplete, listing.invalid
     ok = ok and not invalid
     if as_json:
@@ -51,6 +55,9 @@ a manifest with a field out of range) as invalid; both make ``all_ok`` False."""
         status = "" if r["valid"] is None else ("  OK" if r["valid"] else f"  DAMAGED: {r['problem']}")
         lines.append(f"  step {r['step']:>8}  {where:<22} {format_size(r['size']):>10}  "
                      f"{format_duration(now - r['created'])} ago{status}")
+        if r["older_colabkit"]:
+            lines[-1] += (f"  {r['name']}: an older colabkit's restart beside this run (sha256), kept; delete it "
+                          f"once every machine runs this version")
     lines += [f"  {name}  UNREADABLE: {error} (nothing is deleted while it cannot be read)"
               for name, error in sorted(unreadable.items())]
     lines += [f"  {name}  INVALID, not used: {why}" for name, why in sorted(invalid.items())]

@@ -25,6 +25,7 @@ from .state import Snapshot
 
 STAGING_BYTES = 128 << 20      # the staging buffer: variables up to this size are copied through it
 MARGIN_BYTES = 512 << 20       # kept free beyond the buffers: the interpreter, the framework, the writer's own
+_ALIGN = 64                    # each variable's place in the staging buffer starts on a 64-byte boundary
 _NO_LIMIT = 1 << 60            # cgroup v1 writes "no limit" as a huge number (9223372036854771712)
 
 
@@ -133,7 +134,7 @@ class StreamedSave:
         self.layout = layout_of(specs)
         self.nbytes = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in self.layout)
         self._copy = copy
-        self._staging = None
+        self._staging, self._free = None, 0   # the staging buffer, and where its unused part begins
         self.placeholders, self._index, self._data = [], {}, {}
         for i, (shape, dtype) in enumerate(self.layout):
             backing = np.zeros(1, dtype)
@@ -142,18 +143,26 @@ class StreamedSave:
             self._index[id(holder)] = i
             self._data[holder.__array_interface__["data"][0]] = i
 
-    def host(self, index: int) -> np.ndarray:
-        """Variable ``index`` copied to host memory: into the staging buffer, or (bigger than it) into an array of
-        its own, let go once written."""
+    def host(self, index: int, caught_up=lambda: None) -> np.ndarray:
+        """Variable ``index`` copied to host memory: into the next free part of the staging buffer, or (bigger
+        than it) into an array of its own, let go once written. ``caught_up()`` returns once the writer is done
+        with the memory handed out before: called before that memory is reused (the staging buffer wraps
+        around) or another big array is allocated, so host memory stays within the staging buffer and one big
+        variable, and many small variables cost no wait each."""
         shape, dtype = self.layout[index]
         nbytes = int(np.prod(shape)) * dtype.itemsize
         if nbytes > STAGING_BYTES:
+            caught_up()
             buffer = np.empty(shape, dtype)
         else:
             if self._staging is None:
-                largest = max(int(np.prod(s)) * d.itemsize for s, d in self.layout)
-                self._staging = np.empty(max(1, min(STAGING_BYTES, largest)), np.uint8)
-            buffer = self._staging[:nbytes].view(dtype).reshape(shape)
+                total = sum(int(np.prod(s)) * d.itemsize + _ALIGN for s, d in self.layout)
+                self._staging = np.empty(max(1, min(STAGING_BYTES, total)), np.uint8)
+            if self._free + nbytes > len(self._staging):
+                caught_up()
+                self._free = 0
+            buffer = self._staging[self._free:self._free + nbytes].view(dtype).reshape(shape)
+            self._free += -(-nbytes // _ALIGN) * _ALIGN
         self._copy(index, buffer)
         return buffer
 
@@ -177,9 +186,9 @@ class StreamedSave:
                 arrays[key] = value
                 continue
             shape, dtype = self.layout[index]
-            arrays[key] = _npz.Deferred(shape, dtype, lambda i=index: self.host(i))
+            arrays[key] = _npz.Deferred(shape, dtype, lambda caught_up, i=index: self.host(i, caught_up))
         return dataclasses.replace(snap, arrays=arrays)
 
     def close(self) -> None:
         """The save is written: let the staging buffer go."""
-        self._staging = None
+        self._staging, self._free = None, 0

@@ -40,6 +40,7 @@ class Job:
     release: Callable[[], None] | None = None   # called once the snapshot's memory is no longer needed
     generation: int = 0
     blake3_since: float | None = None           # when the folder's first BLAKE3 checkpoint was made (manifest.build)
+    sha256_before: list | None = None           # the sha256 checkpoints the folder held then (manifest.build)
     direct: bool = False                        # may be written straight into the destination (nothing staged)
 
     def done_with_snapshot(self) -> None:
@@ -232,6 +233,7 @@ class Uploader:
                 job.done_with_snapshot()
             info = self.local.commit(job.local_dir, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
                                      generation=job.generation, blake3_since=job.blake3_since,
+                                     sha256_before=job.sha256_before,
                                      written=written)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
             try:
@@ -273,6 +275,7 @@ class Uploader:
             written = job.write(target)
             info = self.dest.commit(target, step=job.step, epoch=job.epoch, batch=job.batch, info=job.info,
                                     generation=job.generation, blake3_since=job.blake3_since,
+                                     sha256_before=job.sha256_before,
                                      written=written)
         except Exception as exc:  # noqa: BLE001 - any failure here must not kill the thread
             from .folder import CheckpointError
