@@ -678,9 +678,8 @@ class Checkpoints:
         if not older or restored.hash_era == 0:
             return
         steps = sorted(c.step for c in older)
-        versions = sorted({str(c.manifest.get("versions", {}).get("colabkit", "?")) for c in older})
         self._warn(f"{self.location} also holds {len(older)} checkpoint(s) (steps {steps[0]}-{steps[-1]}) that an "
-                   f"older colabkit ({', '.join(versions)}) wrote after this run's first: it cannot read this "
+                   f"older colabkit wrote after this run's first: it cannot read this "
                    f"version's checkpoints and started over. Resuming step {restored.step} of this run; those rank "
                    f"below it and are kept. Upgrade colabkit on every machine that resumes this folder (pip install "
                    f"-U colabkit), then delete them (`colabkit checkpoints {self.location}` lists them).")
