@@ -17,6 +17,8 @@ def ck_env(tmp_path, monkeypatch):
         "COLABKIT_DRIVE_ROOT": str(tmp_path / "drive"),
         "TF_CPP_MIN_LOG_LEVEL": "3",
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        # no flight-recorder thread left in the test process by a training here (tests/health/test_recorder.py)
+        "COLABKIT_FLIGHT_RECORDER": "false",
     }
     for key in list(os.environ):
         if key.startswith("COLABKIT_"):

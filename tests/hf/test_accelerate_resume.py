@@ -222,6 +222,7 @@ def runs(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:   # the reference: this process, its own Drive root and cache
         for key in [k for k in os.environ if k.startswith("COLABKIT_")]:
             mp.delenv(key)
+        mp.setenv("COLABKIT_FLIGHT_RECORDER", "false")   # no recorder thread left in the test process
         mp.setenv("COLABKIT_DRIVE_ROOT", str(root / "drive-ref"))
         mp.setenv("XDG_CACHE_HOME", str(root / "cache-ref"))
         mp.setenv("XDG_CONFIG_HOME", str(root / "config"))
