@@ -609,7 +609,8 @@ class Checkpoints:
 
     def _restore(self, into, downloads, check):
         copies = self._read_with_retries(self._copies, "the list of checkpoints")
-        self._note_blake3_since([g[0] for g in copies.values()])   # also when none of them can be restored
+        committed = [group[0] for group in copies.values()]   # this folder's, before any shared one is pulled
+        self._note_blake3_since(committed)   # also when none of them can be restored
         pulled = None
         if not copies and self.resume_from is not None:
             from .shared import pull_checkpoint
@@ -650,8 +651,7 @@ class Checkpoints:
                     self._damaged_seen.add(info.name)
                     continue
                 self._damaged_seen.discard(info.name)
-                self._note_blake3_since([g[0] for g in copies.values()])
-                self._say_older_version_alongside([g[0] for g in copies.values()], info)
+                self._say_older_version_alongside(committed, info)
                 if self._newest_seen is None or info.order_key() > self._newest_seen.order_key():
                     self._newest_seen = info
                 self._restored_once = True
