@@ -32,7 +32,7 @@ import zlib
 
 import numpy as np
 
-from . import digest
+from . import digest, memory
 
 CHUNK = 8 << 20            # write/read/hash granularity
 SYNC_EVERY = 32 << 20      # start writing back to disk after this many bytes, while writing goes on
@@ -303,7 +303,7 @@ def _read_all(fh, expected_size, where, hash_name) -> tuple[memoryview, str]:
     size = actual if expected_size is None else expected_size
     if actual != size:   # a growing file is caught below; this one is not read into a buffer of a lie's size
         raise EOFError(f"{where} has {actual} bytes, not {size}")
-    backing = np.empty(size + ALIGN, np.uint8)
+    backing = memory.new_bytes(size + ALIGN)
     skip = -backing.ctypes.data % ALIGN
     view = memoryview(backing)[skip:skip + size]
     hasher = _hasher(hash_name)

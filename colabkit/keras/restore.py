@@ -22,6 +22,8 @@ from .tfdata import check_saved as check_input_position
 
 log = logging.getLogger("colabkit")
 
+# Arrays this large are copied into their variable in place (for smaller ones Keras' assign costs as little).
+_IN_PLACE_FROM = 64 << 10
 # Input pipelines that restart from their first batch every epoch, so skipping k batches positions them.
 POSITIONABLE_ADAPTERS = {"ArrayDataAdapter", "PyDatasetAdapter", "TorchDataLoaderAdapter", "GrainDatasetAdapter"}
 
@@ -81,10 +83,46 @@ def check_rng(saved) -> None:
 def assign(plan, state: dict) -> None:
     """Assign what ``check`` planned (every saved array was checked against the live variables first, so
     nothing is overwritten when the checkpoint does not fit), and set the checkpoint's RNG states."""
+    copy_in = _in_place_copier()
     for variable, value in plan:
-        variable.assign(value)
+        if not copy_in(variable, value):
+            variable.assign(value)
     if state.get("rng"):
         set_rng_state(state["rng"])
+
+
+def _in_place_copier():
+    """A function that copies a restored array into a variable's own memory, returning False where it cannot
+    (the caller then assigns as Keras does).
+
+    ``variable.assign(array)`` converts the array with ``tf.constant``, which copies it into new memory (page
+    faults on every byte: after the read, the costliest step of a restore), and the variable then takes that
+    memory. Here a DLPack import wraps the array where it lies (64-byte aligned in the checkpoint's buffer, as
+    TensorFlow requires) and a slice assignment copies it into the memory the variable already has. The
+    variable never shares memory with the checkpoint's arrays, which a mid-epoch resume applies again
+    (keras/hooks.py) and which are let go after. Plain TensorFlow variables only: a distributed variable's
+    replicas each need the value, which its own assign gives them."""
+    import keras
+    tf = sys.modules.get("tensorflow")
+    dlpack = getattr(getattr(tf, "experimental", None), "dlpack", None)
+    if keras.backend.backend() != "tensorflow" or dlpack is None:
+        return lambda variable, value: False
+
+    def copy_in(variable, value) -> bool:
+        target = getattr(variable, "value", None)
+        if (type(target).__name__ != "ResourceVariable" or not isinstance(value, np.ndarray)
+                or value.nbytes < _IN_PLACE_FROM or not value.flags.c_contiguous or not value.flags.writeable
+                or value.ctypes.data % 64 or value.dtype != target.dtype.as_numpy_dtype
+                or tuple(target.shape) != value.shape):
+            return False
+        try:
+            wrapped = dlpack.from_dlpack(value.__dlpack__())
+        except Exception:  # noqa: BLE001 - a dtype DLPack does not carry (bfloat16 on some versions): Keras' assign
+            return False
+        target[...].assign(wrapped)
+        return True
+
+    return copy_in
 
 
 def set_rng_state(state: dict) -> None:

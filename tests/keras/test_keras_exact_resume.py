@@ -137,7 +137,28 @@ def _case(name):
         # 8 batches an epoch in executions of 3: the last one holds 2
         model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"], steps_per_execution=3)
         return model, (x, y), {"batch_size": 8}, [], {"optimizer": model.optimizer}
+    if name == "large_weights":
+        # a 1 MB kernel (and its two Adam moments): restored without Keras' own copy (keras/restore.py), as a
+        # view of the checkpoint's buffer; the callback after AutoResume adds to it in place at each epoch's
+        # start, which a mid-epoch resume must undo (it applies the checkpoint again after that epoch's
+        # on_epoch_begin)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(512, activation="relu"),
+                                  keras.layers.Dense(512), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+        return model, (x, y), {"batch_size": 8}, [_NudgeAtEpochStart(model.layers[1].kernel)], \
+            {"optimizer": model.optimizer}
     raise ValueError(name)
+
+
+class _NudgeAtEpochStart(keras.callbacks.Callback):
+    """Adds a fixed amount to a variable, in place, at every epoch's start."""
+
+    def __init__(self, variable):
+        super().__init__()
+        self.variable = variable
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.variable.assign_add(np.full(self.variable.shape, 0.25, "float32"))
 
 
 class _Interrupt(keras.callbacks.Callback):
@@ -269,6 +290,13 @@ def test_validation_with_reduce_lr_and_early_stopping_resumes_bit_exactly(tmp_pa
     assert expected["EarlyStopping.stopped_epoch"] == 3 and expected["newest"] == [32, 4, 0]
     assert {k: v for k, v in resumed.items() if k != "restored"} == {
         k: v for k, v in expected.items() if k != "restored"}
+    assert not differing, f"variables that differ after the resume: {differing}"
+
+
+@pytest.mark.slow
+def test_large_variables_restored_in_place_resume_bit_exactly_mid_epoch(tmp_path, ck_env):
+    expected, resumed, differing, _ = _equivalence(tmp_path, ck_env, "large_weights", sigterm_at=[1, 3])
+    assert resumed["restored"] == [8 + 4, 1, 4]
     assert not differing, f"variables that differ after the resume: {differing}"
 
 

@@ -727,6 +727,42 @@ def test_a_load_that_fails_after_others_loaded_puts_every_object_back(tmp_path, 
     assert repr(opt2.state_dict()) == opt_before and not opt2.state
 
 
+@pytest.mark.parametrize("failing", ["post_hook", "own_load"])
+def test_a_module_whose_own_load_code_fails_is_put_back(tmp_path, ck_env, failing):
+    """A module loads without a copy of its weights kept only when its load cannot fail halfway (torch's own
+    code, no hooks): a load hook or a module's own _load_from_state_dict that raises after copying some
+    weights still finds the module put back as it was."""
+    import colabkit
+
+    class OwnLoad(torch.nn.Linear):
+        refuse = False
+
+        def _load_from_state_dict(self, state_dict, prefix, *args):
+            super()._load_from_state_dict(state_dict, prefix, *args)
+            if self.refuse:
+                raise RuntimeError("this module's own load refuses")
+
+    model, opt = _tiny(0)
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
+    ar.save(wait=True)
+    ar.close()
+    model2, opt2 = _tiny(1)
+    if failing == "post_hook":
+        def refuse(module, keys):
+            raise RuntimeError("a load hook refuses")
+        model2.register_load_state_dict_post_hook(refuse)
+    else:
+        own = OwnLoad(4, 2)
+        own.load_state_dict(model2[2].state_dict())
+        own.refuse = True
+        model2[2] = own
+    before = {k: v.clone() for k, v in model2.state_dict().items()}
+    with pytest.raises(colabkit.CheckpointError, match="refuses.*Every object was put back as it was"):
+        colabkit.torch.AutoResume(tmp_path / "run", model=model2, opt=opt2, deadline=None, verbose=0)
+    after = model2.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "the model kept the checkpoint's weights"
+
+
 def test_an_optimizer_with_state_is_put_back_when_a_later_load_fails(tmp_path, ck_env):
     """The optimizer's state before a failed restore is kept without a copy of its tensors: it must still come
     back as it was, moments included, and keep training from there."""

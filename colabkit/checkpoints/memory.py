@@ -1,0 +1,41 @@
+"""New host memory for a checkpoint's bytes, its pages faulted in up front.
+
+A restore reads the whole checkpoint into new memory before it is verified and handed to the framework, and a
+run's first save copies the state into new snapshot buffers (buffers.py); the first touch of new memory costs
+more than the read or the copy itself. NumPy asks for transparent huge pages for large
+arrays; where the kernel must compact memory to find them (a process that already holds a large model, and
+``defrag`` at its usual ``madvise``), faulting them in runs at a few hundred MB/s: 5.5 s for 2 GB on the
+bench machine (bench/RESULTS.md). An anonymous mapping populated by the kernel at ``mmap`` (MAP_POPULATE,
+ordinary pages, no compaction) took 0.65-0.85 s for the same 2 GB in the same process. Elsewhere (no
+MAP_POPULATE: macOS, Windows) this is ``np.empty``.
+"""
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+POPULATE_FROM = 4 << 20   # below this NumPy's own allocation is as cheap (and comes from its cache)
+
+
+def new_bytes(nbytes: int) -> np.ndarray:
+    """A writable uint8 array of ``nbytes`` whose pages are already faulted in (page-aligned) where the system
+    can do that in one call; else ``np.empty``'s. Its memory goes back to the system when the last array viewing
+    it is gone."""
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if populate and nbytes >= POPULATE_FROM:
+        try:
+            mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+        except (OSError, ValueError):   # no address space for it: the same failure np.empty would meet
+            return np.empty(nbytes, np.uint8)
+        return np.frombuffer(mapping, np.uint8)
+    return np.empty(nbytes, np.uint8)
+
+
+def new_array(shape, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)``, its pages faulted in as ``new_bytes``'s are."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < POPULATE_FROM or dtype.hasobject:
+        return np.empty(shape, dtype)
+    return new_bytes(nbytes).view(dtype).reshape(shape)
