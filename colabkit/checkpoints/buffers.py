@@ -60,8 +60,8 @@ class SnapshotBuffers:
             if allocate and can_allocate is not None and not can_allocate():
                 self._forget_one()
                 return TOO_BIG
-            if allocate:
-                buffers = [new_array(shape, dtype) for shape, dtype in layout]
+            if allocate:   # a save that waits copies into it now: faulted in at once; else the touch does that
+                buffers = [(new_array if wait else np.empty)(shape, dtype) for shape, dtype in layout]
             if buffers is not None:
                 with self._cond:
                     fresh = id(buffers) in self._untouched or allocate
