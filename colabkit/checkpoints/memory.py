@@ -2,12 +2,13 @@
 
 A restore reads the whole checkpoint into new memory before it is verified and handed to the framework, and a
 run's first save copies the state into new snapshot buffers (buffers.py); the first touch of new memory costs
-more than the read or the copy itself. NumPy asks for transparent huge pages for large
-arrays; where the kernel must compact memory to find them (a process that already holds a large model, and
-``defrag`` at its usual ``madvise``), faulting them in runs at a few hundred MB/s: 5.5 s for 2 GB on the
-bench machine (bench/RESULTS.md). An anonymous mapping populated by the kernel at ``mmap`` (MAP_POPULATE,
-ordinary pages, no compaction) took 0.65-0.85 s for the same 2 GB in the same process. Elsewhere (no
-MAP_POPULATE: macOS, Windows) this is ``np.empty``.
+more than the read or the copy itself. NumPy asks for transparent huge pages for large arrays,
+and faulting those in can stall (the kernel compacts memory to find them, or, in a VM, the host backs each one):
+in a process that already holds a model of the same size, reading 2 GB into ``np.empty`` took 2.5-4.8 s,
+into memory faulted in page by page 1.4 s, and into an anonymous mapping the kernel populated at ``mmap``
+(MAP_POPULATE, ordinary pages) 0.8-0.9 s; 200 MB: 0.10-0.33 s, 0.15 s and 0.09-0.10 s
+(``bench/fresh_memory.py``, bench/RESULTS.md). Elsewhere (no MAP_POPULATE: macOS, Windows) this is
+``np.empty``.
 """
 from __future__ import annotations
 
