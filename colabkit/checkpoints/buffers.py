@@ -26,7 +26,8 @@ class SnapshotBuffers:
     in host memory and training never waits for a periodic save's write; each extra set costs another 1x and
     lets such a save be taken at once.
     A new set is touched (its pages faulted in) by a background thread when a periodic save first asks for
-    it, and that save is taken once it is done: neither the restore nor the training loop waits for it.
+    it, and that save is taken once it is done: neither the restore nor the training loop waits for it. A save
+    that waits for its set and is the first to ask for the new set gets one faulted in on the spot.
     """
 
     WAIT_S = 120.0   # a save that must not be skipped waits this long for a set, then allocates one more
@@ -61,12 +62,14 @@ class SnapshotBuffers:
                 self._forget_one()
                 return TOO_BIG
             if allocate:   # a save that waits copies into it now: faulted in at once; else the touch does that
-                buffers = [(new_array if wait else np.empty)(shape, dtype) for shape, dtype in layout]
+                buffers = _faulted_in(layout) if wait else [np.empty(shape, dtype) for shape, dtype in layout]
             if buffers is not None:
                 with self._cond:
-                    fresh = id(buffers) in self._untouched or allocate
+                    untouched = id(buffers) in self._untouched
                     self._untouched.discard(id(buffers))
-                if not fresh or wait:
+                if untouched and wait:   # prepared, never written: new memory, faulted in at once (memory.py)
+                    buffers[:] = _faulted_in(layout)
+                if not (untouched or allocate) or wait:
                     return buffers
                 self._touch_then_give_back(buffers)
                 return None
@@ -89,7 +92,7 @@ class SnapshotBuffers:
                             "of the training state", self.WAIT_S)
                 self._alive += 1
                 self.sets_allocated += 1
-            return [new_array(shape, dtype) for shape, dtype in layout]
+            return _faulted_in(layout)
 
     def is_small(self, nbytes: int) -> bool:
         """A state this size waits for its set at every save (the ``small_state_mb`` setting)."""
@@ -127,11 +130,12 @@ class SnapshotBuffers:
     def _touch_then_give_back(self, buffers: list) -> None:
         """Fault the set's pages in, in a background thread (page faults are most of the cost of a first copy
         into fresh memory, hundreds of ms for hundreds of MB), then make it available. The untouched arrays are
-        replaced by new ones whose pages the kernel faults in at once (memory.py: faster than touching each)."""
+        replaced by new ones whose pages the kernel faults in at once (memory.py: faster than touching each);
+        those it cannot populate (small ones, or no MAP_POPULATE) are written once, as every array was before."""
         def touch():
             try:
                 for i, buffer in enumerate(buffers):
-                    buffers[i] = new_array(buffer.shape, buffer.dtype)
+                    buffers[i] = new_array(buffer.shape, buffer.dtype, fault_in=True)
             finally:
                 self.give_back(buffers)
 
@@ -147,6 +151,12 @@ class SnapshotBuffers:
 
 
 TOO_BIG = "too big"   # what take() returns when a set would not fit in free memory (see streaming.py)
+
+
+def _faulted_in(layout) -> list:
+    """New arrays of ``layout``, every page faulted in: populated by the kernel where it can (large arrays,
+    memory.py), else written once."""
+    return [new_array(shape, dtype, fault_in=True) for shape, dtype in layout]
 
 
 def layout_of(variables) -> list:

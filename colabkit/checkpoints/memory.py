@@ -23,20 +23,33 @@ def new_bytes(nbytes: int) -> np.ndarray:
     """A writable uint8 array of ``nbytes`` whose pages are already faulted in (page-aligned) where the system
     can do that in one call; else ``np.empty``'s. Its memory goes back to the system when the last array viewing
     it is gone."""
+    populated = _populated(nbytes) if nbytes >= POPULATE_FROM else None
+    return np.empty(nbytes, np.uint8) if populated is None else populated
+
+
+def _populated(nbytes: int) -> np.ndarray | None:
+    """A uint8 array over a new anonymous mapping of ``nbytes`` populated by the kernel; None where the system
+    has no MAP_POPULATE or the mapping failed (no address space for it: np.empty then meets the same failure)."""
     populate = getattr(mmap, "MAP_POPULATE", 0)
-    if populate and nbytes >= POPULATE_FROM:
-        try:
-            mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
-        except (OSError, ValueError):   # no address space for it: the same failure np.empty would meet
-            return np.empty(nbytes, np.uint8)
-        return np.frombuffer(mapping, np.uint8)
-    return np.empty(nbytes, np.uint8)
+    if not populate:
+        return None
+    try:
+        mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    except (OSError, ValueError):
+        return None
+    return np.frombuffer(mapping, np.uint8)
 
 
-def new_array(shape, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)``, its pages faulted in as ``new_bytes``'s are."""
+def new_array(shape, dtype, *, fault_in: bool = False) -> np.ndarray:
+    """``np.empty(shape, dtype)``, its pages faulted in as ``new_bytes``'s are. With ``fault_in``, an array the
+    system does not populate (below POPULATE_FROM, or no MAP_POPULATE) is written once instead, so that every
+    page of the result is faulted in whatever its size."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes < POPULATE_FROM or dtype.hasobject:
-        return np.empty(shape, dtype)
-    return new_bytes(nbytes).view(dtype).reshape(shape)
+    populated = _populated(nbytes) if nbytes >= POPULATE_FROM and not dtype.hasobject else None
+    if populated is not None:
+        return populated.view(dtype).reshape(shape)
+    array = np.empty(shape, dtype)
+    if fault_in and not dtype.hasobject:
+        array.fill(0)
+    return array

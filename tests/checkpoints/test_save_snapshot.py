@@ -196,3 +196,63 @@ def test_write_false_runs_fill_and_writes_nothing(tmp_path, ck_env):
     with colabkit.Checkpoints(str(dest)) as other:   # nor was the folder claimed
         assert other.save_snapshot(1, loop.specs(), loop.fill, wait=True)
     assert colabkit.Checkpoints(str(dest)).restore().step == 1
+
+
+_RESIDENT_IN_FILL = r"""
+import ctypes, json, mmap, sys, time
+import numpy as np
+if sys.argv[2] == "without":
+    del mmap.MAP_POPULATE   # as on macOS and Windows
+import colabkit
+
+def resident(array):
+    '''The share of the array's pages that are in memory (mincore), read without touching them.'''
+    page = mmap.PAGESIZE
+    start = array.ctypes.data - array.ctypes.data % page
+    length = array.ctypes.data + array.nbytes - start
+    vec = (ctypes.c_ubyte * ((length + page - 1) // page))()
+    if ctypes.CDLL(None, use_errno=True).mincore(ctypes.c_void_p(start), ctypes.c_size_t(length), vec):
+        raise OSError(ctypes.get_errno(), "mincore")
+    return sum(v & 1 for v in vec) / len(vec)
+
+state = [np.ones((48 << 20) // 4, np.float32), np.ones((2 << 20) // 4, np.float32)]   # 48 MB and 2 MB
+seen = {}
+
+def fill(name):
+    def fill(buffers):
+        seen[name] = [resident(b) for b in buffers]
+        for buffer, array in zip(buffers, state):
+            np.copyto(buffer, array)
+        return {"big": buffers[0], "small": buffers[1]}
+    return fill
+
+for kind in ("waiting", "periodic"):
+    ckpt = colabkit.Checkpoints(f"{sys.argv[1]}/{kind}")
+    ckpt.prepare_snapshot(state)
+    if kind == "waiting":   # an epoch's end, a signal: the first save of the run waits for the prepared set
+        ckpt.save_snapshot(1, state, fill(kind), wait=True)
+    else:                   # the first asks for the prepared set to be touched; a later one takes it
+        deadline = time.monotonic() + 60
+        while ckpt.save_snapshot(1, state, fill(kind), periodic=True) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    ckpt.close()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and glibc's malloc settings")
+@pytest.mark.parametrize("populate", ["with", "without"], ids=["MAP_POPULATE", "without"])
+def test_the_first_save_into_a_prepared_set_is_handed_memory_already_faulted_in(tmp_path, ck_env, populate):
+    """What save_snapshot promises the loop: its copy goes into memory already touched (no page faults), for
+    the first save into the set prepare_snapshot made too, whether that save waits for the set or a periodic
+    save had it touched in the background, for arrays of every size, with or without MAP_POPULATE."""
+    env = {**ck_env, "COLABKIT_SMALL_STATE_MB": "0",
+           # every array of 128 kB and more is a mapping of its own, never touched before (not a reused heap block)
+           "MALLOC_MMAP_THRESHOLD_": str(128 << 10)}
+    done = subprocess.run([sys.executable, "-c", _RESIDENT_IN_FILL, str(tmp_path / "run"), populate], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(seen) == {"waiting", "periodic"}
+    for kind, shares in seen.items():
+        assert min(shares) > 0.9, f"a {kind} save was handed buffers with pages never faulted in: {shares}"
