@@ -95,6 +95,7 @@ def _load_only_copies(obj) -> bool:
         kind = type(sub)
         if (not kind._load_from_state_dict.__module__.startswith("torch.")
                 or kind.get_extra_state is not module.get_extra_state
+                or kind.set_extra_state is not module.set_extra_state
                 or sub._load_state_dict_pre_hooks or sub._load_state_dict_post_hooks):
             return False
     return True
@@ -218,9 +219,12 @@ class AutoResume(RunAttributes):
                             log.exception("colabkit: %s: putting its state back after a failed restore failed",
                                           earlier)
                 partly = [n for n in names[:done + 1] if n not in before]
+                one = len(partly) == 1
                 outcome = ("Every object was put back as it was; nothing was restored." if not partly else
-                           f"{', '.join(partly)} may hold part of the checkpoint (its load was not expected to "
-                           f"fail); the other objects were put back as they were.")
+                           f"{', '.join(partly)} may hold part of the checkpoint: {'its' if one else 'their'} "
+                           f"load only copies tensors, was not expected to fail, and keeps no copy to put back. "
+                           f"Create {'it' if one else 'them'} anew before training (or restart the runtime); "
+                           f"every other object is as it was.")
                 raise CheckpointError(f"{name}: loading its state from {self.directory} (step {step}) failed: "
                                       f"{exc}. {outcome}") from exc
 

@@ -5,6 +5,9 @@ nothing is restored). Everything a checkpoint holds is checked here before the f
 """
 from __future__ import annotations
 
+import functools
+import warnings
+
 import numpy as np
 
 from ..optional import require
@@ -145,6 +148,17 @@ def _check_fits(name, obj, saved, directory):
             raise mismatch((f"missing {missing[:5]}" if missing else "")
                            + ("; " if missing and unexpected else "")
                            + (f"unexpected {unexpected[:5]}" if unexpected else ""))
+        # torch's load copies every other tensor before it reports one it could not copy (autoresume.py loads
+        # a module whose load only copies without keeping its state, so that must be refused here); an extra
+        # state is handed to set_extra_state as it is
+        for key, value in current.items():
+            if not isinstance(value, torch.Tensor) or key.endswith("_extra_state"):
+                continue
+            if not isinstance(saved[key], torch.Tensor):
+                raise untrusted.invalid(f"{name}['{key}'] in the checkpoint", saved[key], "a tensor")
+            if not _copies(saved[key].dtype, value.dtype):
+                raise mismatch(f"{key} is {saved[key].dtype} in the checkpoint, which torch cannot copy into "
+                               f"its {value.dtype}")
     if isinstance(obj, torch.optim.Optimizer):
         groups, saved_groups = current["param_groups"], saved.get("param_groups", [])
         sizes, saved_sizes = [len(g["params"]) for g in groups], [len(g["params"]) for g in saved_groups]
@@ -158,6 +172,19 @@ def _check_fits(name, obj, saved, directory):
                     raise mismatch(f"state[{i}][{key!r}] has shape {tuple(value.shape)} in the checkpoint, the "
                                    f"parameter has shape {tuple(param.shape)} now")
     _check_shapes(current, saved, "", mismatch)
+
+
+@functools.cache
+def _copies(source, dest) -> bool:
+    """Whether torch copies a tensor of dtype ``source`` into one of ``dest`` (not every pair: float4 copies
+    into no other dtype), tried once on one-element CPU tensors."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # complex into real: torch warns that it drops the imaginary part
+            torch.empty(1, dtype=dest).copy_(torch.empty(1, dtype=source))
+    except RuntimeError:   # NotImplementedError included
+        return False
+    return True
 
 
 def _check_shapes(current, saved, where, mismatch):

@@ -207,6 +207,10 @@ def _torch_unknown_tag(tree, arrays, manifest):
     tree["objects"]["sched"]["base_lrs"] = {"__colabkit_torch__": "module", "name": "os"}
 
 
+def _torch_weight_of_a_number(tree, arrays, manifest):
+    tree["objects"]["model"]["bias"] = 0.5   # after the weight: torch's load would have copied that one
+
+
 def _torch_lr_of_text(tree, arrays, manifest):
     tree["objects"]["opt"]["param_groups"][0]["lr"] = "fast"
 
@@ -221,6 +225,7 @@ TORCH_CASES = {
     "dtype tag disagrees with the data": _torch_dtype_tag_disagrees_with_data,
     "optimizer group of other parameter ids": _torch_optimizer_group_of_other_ids,
     "learning rate of text": _torch_lr_of_text,
+    "module weight of a number": _torch_weight_of_a_number,
 }
 
 
@@ -270,6 +275,31 @@ def test_torch_with_only_an_invalid_checkpoint_changes_nothing_and_starts_over(t
     assert fresh_opt.state_dict()["state"] == {} and fresh_sched.last_epoch == 0
     assert torch.equal(torch.get_rng_state(), rng_before[0]) and random.getstate() == rng_before[1]
     ar.close()
+
+
+def test_torch_refuses_a_module_tensor_torch_cannot_copy_and_changes_nothing(tmp_path, ck_env):
+    """torch's load of a module copies every tensor it can and reports the others at the end: a checkpoint
+    whose last tensor has a dtype torch cannot copy into the parameter's is refused before anything loads."""
+    torch = pytest.importorskip("torch")
+    import colabkit
+    dest = tmp_path / "run"
+    model, opt, sched = _torch_tiny(0)
+    ar = colabkit.torch.AutoResume(dest, model=model, opt=opt, sched=sched, deadline=None, verbose=0)
+    _torch_train(ar, model, opt, sched, 1)
+    ar.close()
+
+    def float4_bias(tree, arrays, manifest):
+        ref = tree["objects"]["model"]["bias"]
+        ref["dtype"] = "float4_e2m1fn_x2"   # stored as uint8, one byte per element
+        _set_array(ref["data"], arrays, np.zeros(_array(ref["data"], arrays).shape, np.uint8))
+    resign_newest(dest, float4_bias)
+
+    fresh, fresh_opt, fresh_sched = _torch_tiny(5)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(colabkit.CheckpointError, match="bias is torch.float4_e2m1fn_x2 .*Nothing was restored"):
+        colabkit.torch.AutoResume(dest, model=fresh, opt=fresh_opt, sched=fresh_sched, deadline=None, verbose=0)
+    assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items())
+    assert fresh_opt.state_dict()["state"] == {} and fresh_sched.last_epoch == 0
 
 
 # -- Lightning -------------------------------------------------------------------------------------------------

@@ -763,6 +763,56 @@ def test_a_module_whose_own_load_code_fails_is_put_back(tmp_path, ck_env, failin
     assert all(torch.equal(before[k], after[k]) for k in before), "the model kept the checkpoint's weights"
 
 
+def test_a_module_that_sets_extra_state_it_never_saves_is_put_back(tmp_path, ck_env):
+    """torch's load of a module with set_extra_state but no get_extra_state wants an extra state the module's
+    state_dict never holds, and says so once every tensor is copied: the model is put back as it was."""
+    import colabkit
+
+    class Remembers(torch.nn.Linear):
+        def set_extra_state(self, state):
+            self.remembered = state
+
+    model, opt = _tiny(0)
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
+    ar.save(wait=True)
+    ar.close()
+    model2, opt2 = _tiny(1)
+    own = Remembers(4, 2)
+    own.load_state_dict(model2[2].state_dict(), strict=False)
+    model2[2] = own
+    before = {k: v.clone() for k, v in model2.state_dict().items()}
+    with pytest.raises(colabkit.CheckpointError, match="_extra_state.*Every object was put back as it was"):
+        colabkit.torch.AutoResume(tmp_path / "run", model=model2, opt=opt2, deadline=None, verbose=0)
+    after = model2.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "the model kept the checkpoint's weights"
+
+
+def test_a_module_load_that_copies_and_still_fails_says_what_it_left_and_the_fix(tmp_path, ck_env):
+    """A module whose load only copies is loaded last with no copy of its weights kept; when a copy fails
+    anyway (here a buffer made under torch.inference_mode, which torch will not write outside it), the error
+    names the module as partly restored and says what to do, and the optimizer loaded before it is put back."""
+    import colabkit
+    model, opt = _tiny(0)
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
+    ar.save(wait=True)
+    ar.close()
+    model2, opt2 = _tiny(1)
+    with torch.inference_mode():
+        frozen = torch.zeros(4)
+    model2[1].running_mean = frozen
+    opt_before = repr(opt2.state_dict())
+    with pytest.raises(colabkit.CheckpointError) as raised:
+        colabkit.torch.AutoResume(tmp_path / "run", model=model2, opt=opt2, deadline=None, verbose=0)
+    message = str(raised.value)
+    assert "running_mean" in message and "model may hold part of the checkpoint" in message
+    assert "Create it anew before training" in message and "every other object is as it was" in message
+    assert repr(opt2.state_dict()) == opt_before and not opt2.state
+
+
 def test_an_optimizer_with_state_is_put_back_when_a_later_load_fails(tmp_path, ck_env):
     """The optimizer's state before a failed restore is kept without a copy of its tensors: it must still come
     back as it was, moments included, and keep training from there."""
