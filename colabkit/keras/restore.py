@@ -117,9 +117,9 @@ def _in_place_copier():
             return False
         try:
             wrapped = dlpack.from_dlpack(value.__dlpack__())
-        except Exception:  # noqa: BLE001 - a dtype DLPack does not carry (bfloat16 on some versions): Keras' assign
-            return False
-        target[...].assign(wrapped)
+            target[...].assign(wrapped)   # all or nothing: a failed op leaves the variable as it was
+        except Exception:  # noqa: BLE001 - a dtype DLPack does not carry (bfloat16 on some versions), or a device
+            return False   # the slice assignment does not take it to: Keras' assign then
         return True
 
     return copy_in
