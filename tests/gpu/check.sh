@@ -157,6 +157,35 @@ print("OK health: compute-bound share", f"{r['input_fraction']:.1%}", "vs starve
 EOF
 fi
 
+if "$PYTHON" -c "import tensorflow" >/dev/null 2>&1; then
+    step "Keras restore onto GPU variables (restored arrays copied into each variable's memory), bit-exact"
+    "$PYTHON" - "$WORK/keras_restore" <<'EOF' || fail "keras restore on the GPU"
+import sys
+import numpy as np
+import colabkit
+colabkit.use_gpus(1)
+import keras
+def model():
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((64,)), keras.layers.Dense(1024), keras.layers.Dense(1024),
+                          keras.layers.Dense(1)])
+    m.compile("adam", "mse")
+    return m
+x = np.random.default_rng(0).random((256, 64), dtype="float32")
+def fit(m):   # the second fit finds the first's final checkpoint: it restores, then has nothing left to train
+    m.fit(x, x[:, :1], epochs=1, batch_size=32, verbose=0,
+          callbacks=[colabkit.keras.AutoResume(sys.argv[1], deadline=None, verbose=0)])
+a, b = model(), model()
+fit(a)
+fit(b)
+device = b.layers[1].kernel.value.device
+assert "GPU" in device, device
+for va, vb in zip(a.variables + a.optimizer.variables, b.variables + b.optimizer.variables):
+    assert np.array_equal(va.numpy(), vb.numpy()), va.path
+print("OK keras restore on", device)
+EOF
+fi
+
 step "colabkit run: 2 jobs on the GPU(s), --per-gpu 2"
 cat >"$WORK/job.py" <<'EOF'
 import os, time
