@@ -23,8 +23,7 @@ def new_bytes(nbytes: int) -> np.ndarray:
     """A writable uint8 array of ``nbytes`` whose pages are already faulted in (page-aligned) where the system
     can do that in one call; else ``np.empty``'s. Its memory goes back to the system when the last array viewing
     it is gone."""
-    populated = _populated(nbytes) if nbytes >= POPULATE_FROM else None
-    return np.empty(nbytes, np.uint8) if populated is None else populated
+    return new_array((nbytes,), np.uint8)
 
 
 def _populated(nbytes: int) -> np.ndarray | None:
