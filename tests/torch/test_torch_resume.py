@@ -727,11 +727,15 @@ def test_a_load_that_fails_after_others_loaded_puts_every_object_back(tmp_path, 
     assert repr(opt2.state_dict()) == opt_before and not opt2.state
 
 
-@pytest.mark.parametrize("failing", ["post_hook", "own_load"])
-def test_a_module_whose_own_load_code_fails_is_put_back(tmp_path, ck_env, failing):
+@pytest.mark.parametrize("failing, error", [("post_hook", "a load hook refuses"),
+                                            ("own_load", "this module's own load refuses"),
+                                            ("extra_state", "_extra_state")])
+def test_a_module_whose_own_load_code_fails_is_put_back(tmp_path, ck_env, failing, error):
     """A module loads without a copy of its weights kept only when its load cannot fail halfway (torch's own
-    code, no hooks): a load hook or a module's own _load_from_state_dict that raises after copying some
-    weights still finds the module put back as it was."""
+    code, no hooks, no extra state): a load hook or a module's own _load_from_state_dict that raises after
+    copying some weights, or a set_extra_state without get_extra_state (torch's load then wants an extra state
+    the module's state_dict never holds, and says so once every tensor is copied), still finds the module put
+    back as it was."""
     import colabkit
 
     class OwnLoad(torch.nn.Linear):
@@ -742,32 +746,6 @@ def test_a_module_whose_own_load_code_fails_is_put_back(tmp_path, ck_env, failin
             if self.refuse:
                 raise RuntimeError("this module's own load refuses")
 
-    model, opt = _tiny(0)
-    ar = colabkit.torch.AutoResume(tmp_path / "run", model=model, opt=opt, deadline=None, verbose=0)
-    ar.save(wait=True)
-    ar.close()
-    model2, opt2 = _tiny(1)
-    if failing == "post_hook":
-        def refuse(module, keys):
-            raise RuntimeError("a load hook refuses")
-        model2.register_load_state_dict_post_hook(refuse)
-    else:
-        own = OwnLoad(4, 2)
-        own.load_state_dict(model2[2].state_dict())
-        own.refuse = True
-        model2[2] = own
-    before = {k: v.clone() for k, v in model2.state_dict().items()}
-    with pytest.raises(colabkit.CheckpointError, match="refuses.*Every object was put back as it was"):
-        colabkit.torch.AutoResume(tmp_path / "run", model=model2, opt=opt2, deadline=None, verbose=0)
-    after = model2.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before), "the model kept the checkpoint's weights"
-
-
-def test_a_module_that_sets_extra_state_it_never_saves_is_put_back(tmp_path, ck_env):
-    """torch's load of a module with set_extra_state but no get_extra_state wants an extra state the module's
-    state_dict never holds, and says so once every tensor is copied: the model is put back as it was."""
-    import colabkit
-
     class Remembers(torch.nn.Linear):
         def set_extra_state(self, state):
             self.remembered = state
@@ -777,11 +755,21 @@ def test_a_module_that_sets_extra_state_it_never_saves_is_put_back(tmp_path, ck_
     ar.save(wait=True)
     ar.close()
     model2, opt2 = _tiny(1)
-    own = Remembers(4, 2)
-    own.load_state_dict(model2[2].state_dict(), strict=False)
-    model2[2] = own
+    if failing == "post_hook":
+        def refuse(module, keys):
+            raise RuntimeError("a load hook refuses")
+        model2.register_load_state_dict_post_hook(refuse)
+    elif failing == "own_load":
+        own = OwnLoad(4, 2)
+        own.load_state_dict(model2[2].state_dict())
+        own.refuse = True
+        model2[2] = own
+    else:
+        own = Remembers(4, 2)
+        own.load_state_dict(model2[2].state_dict(), strict=False)
+        model2[2] = own
     before = {k: v.clone() for k, v in model2.state_dict().items()}
-    with pytest.raises(colabkit.CheckpointError, match="_extra_state.*Every object was put back as it was"):
+    with pytest.raises(colabkit.CheckpointError, match=f"{error}.*Every object was put back as it was"):
         colabkit.torch.AutoResume(tmp_path / "run", model=model2, opt=opt2, deadline=None, verbose=0)
     after = model2.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before), "the model kept the checkpoint's weights"
